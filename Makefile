@@ -1,0 +1,33 @@
+# Two commands do everything on a fresh clone (see README.md):
+#   make test   — set up .venv, then run the test suite against the reference solutions
+#   make main   — set up .venv, then run the main job (grade, train CartPole, RLHF)
+# Override the interpreter with PYTHON=python3.12, or the torch wheel with TORCH_SPEC=...
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# A CPU build of torch, installed before the project so pip never pulls a CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: setup test main grade clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+test: $(VENV)/.installed
+	$(PY) -m pytest --impl=solutions
+
+main: $(VENV)/.installed
+	$(PY) -m workbook main
+
+grade: $(VENV)/.installed
+	$(PY) -m workbook grade
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache wandb runs

@@ -1,0 +1,1 @@
+"""Reference solutions: same names, signatures and docstrings as ``exercises/``."""

@@ -1,0 +1,213 @@
+"""Compare a learner's output with the reference and explain the difference.
+
+Order of checks: type, then shape, dtype and device, then values (with
+``torch.testing.assert_close`` and the stated tolerances). On a mismatch the message shows
+the call, expected vs got, the max abs diff, the first mismatching index, and — when the
+learner's output equals what a known-wrong version produces on the same inputs — that
+mistake's name.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from workbook import mistakes
+
+DEFAULT_RTOL = 1e-5
+DEFAULT_ATOL = 1e-5
+
+
+class WrongAnswer(AssertionError):
+    """A learner's output differs from the reference (the message explains how)."""
+
+
+def part_of(module: Any) -> str:
+    """'part1_ppo_core' for solutions.part1_ppo_core (or any copy of it)."""
+    return getattr(module, "__workbook_part__", module.__name__.rsplit(".", 1)[-1])
+
+
+def known_mistake(part: str, exercise: str, name: str) -> str:
+    """The label of a registered mistake, for tests that detect it by a property, not a value."""
+    return mistakes.get(mistakes.SEPARATOR.join((part, exercise, name))).label
+
+
+# --- describing values ----------------------------------------------------------------
+
+def summarize(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).removeprefix("torch.")
+        device = "" if value.device.type == "cpu" else f" on {value.device}"
+        return f"Tensor{list(value.shape)} {dtype}{device}"
+    if isinstance(value, np.ndarray):
+        return f"ndarray{list(value.shape)} {value.dtype}"
+    if isinstance(value, np.random.Generator):
+        return "np.random.Generator"
+    if isinstance(value, torch.distributions.Categorical):
+        return f"Categorical(logits: {summarize(value.logits)})"
+    if isinstance(value, (list, tuple)) and len(value) > 4:
+        return f"{type(value).__name__} of {len(value)}"
+    if isinstance(value, torch.nn.Module):
+        return type(value).__name__
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def describe_call(name: str, *args: Any, **kwargs: Any) -> str:
+    parts = [summarize(a) for a in args] + [f"{k}={summarize(v)}" for k, v in kwargs.items()]
+    return f"{name}({', '.join(parts)})"
+
+
+def _short(value: Any) -> str:
+    with np.printoptions(precision=4, threshold=24, edgeitems=3, linewidth=100):
+        if isinstance(value, torch.Tensor):
+            torch.set_printoptions(precision=4, threshold=24, edgeitems=3, linewidth=100)
+            try:
+                return repr(value.detach().cpu())
+            finally:
+                torch.set_printoptions(profile="default")
+        return repr(value)
+
+
+# --- comparing ------------------------------------------------------------------------
+
+def compare(got: Any, expected: Any, *, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL, path: str = "output") -> str | None:
+    """None if ``got`` matches ``expected``, else a description of the first difference."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return f"{path}: expected a torch.Tensor, got {type(got).__name__} ({summarize(got)})"
+        if got.shape != expected.shape:
+            return f"{path}: shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
+        if got.dtype != expected.dtype:
+            return f"{path}: dtype {got.dtype}, expected {expected.dtype}"
+        if got.device != expected.device:
+            return f"{path}: on device {got.device}, expected {expected.device}"
+        return _compare_values(got.detach().cpu(), expected.detach().cpu(), rtol, atol, path)
+    if isinstance(expected, np.ndarray):
+        if not isinstance(got, np.ndarray):
+            return f"{path}: expected a numpy array, got {type(got).__name__}"
+        if got.shape != expected.shape:
+            return f"{path}: shape {got.shape}, expected {expected.shape}"
+        if got.dtype.kind != expected.dtype.kind:
+            return f"{path}: dtype {got.dtype}, expected {expected.dtype}"
+        return _compare_values(torch.from_numpy(np.asarray(got, dtype=np.float64)),
+                               torch.from_numpy(np.asarray(expected, dtype=np.float64)), rtol, atol, path)
+    if isinstance(expected, (tuple, list)):
+        if not isinstance(got, (tuple, list)) or len(got) != len(expected):
+            return f"{path}: expected a {type(expected).__name__} of {len(expected)}, got {summarize(got)}"
+        for i, (g, e) in enumerate(zip(got, expected)):
+            problem = compare(g, e, rtol=rtol, atol=atol, path=f"{path}[{i}]")
+            if problem:
+                return problem
+        return None
+    if isinstance(expected, dict):
+        if not isinstance(got, dict):
+            return f"{path}: expected a dict, got {type(got).__name__}"
+        if set(got) != set(expected):
+            return f"{path}: keys {sorted(got)}, expected {sorted(expected)}"
+        for key in expected:
+            problem = compare(got[key], expected[key], rtol=rtol, atol=atol, path=f"{path}[{key!r}]")
+            if problem:
+                return problem
+        return None
+    if isinstance(expected, (float, int)) and not isinstance(expected, bool):
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if not isinstance(got, (float, int, np.floating, np.integer)):
+            return f"{path}: expected a number, got {summarize(got)}"
+        return _compare_values(torch.tensor(float(got), dtype=torch.float64),
+                               torch.tensor(float(expected), dtype=torch.float64), rtol, atol, path)
+    if got != expected:
+        return f"{path}: expected {expected!r}, got {got!r}"
+    return None
+
+
+def _compare_values(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float, path: str) -> str | None:
+    try:
+        torch.testing.assert_close(got, expected, rtol=rtol, atol=atol, equal_nan=True, check_dtype=False)
+        return None
+    except AssertionError:
+        pass
+    lines = [f"{path}: values differ (rtol={rtol:g}, atol={atol:g})",
+             f"    expected: {_short(expected)}",
+             f"    got:      {_short(got)}"]
+    diff = (got.double() - expected.double()).abs().nan_to_num(nan=float("inf"))
+    if got.dim() == 0:
+        lines.append(f"    abs diff: {diff.item():.6g}")
+    else:
+        worst = np.unravel_index(int(diff.argmax()), tuple(got.shape))
+        bad = ~torch.isclose(got.double(), expected.double(), rtol=rtol, atol=atol, equal_nan=True)
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        lines.append(f"    max abs diff: {diff.max().item():.6g} at index {tuple(int(i) for i in worst)}")
+        lines.append(f"    first mismatch at index {first}: expected {expected[first].item():.6g}, got {got[first].item():.6g}")
+    return "\n".join(lines)
+
+
+# --- the checks tests call ------------------------------------------------------------
+
+def matching_mistakes(part: str, exercise: str, run: Callable[[Any], Any], got: Any, *, rtol: float, atol: float) -> list[str]:
+    """Labels of the known mistakes whose output on the same inputs equals ``got``."""
+    labels = []
+    for m in mistakes.mistakes_for(part, exercise):
+        try:
+            if compare(got, run(m.impl), rtol=rtol, atol=atol) is None:
+                labels.append(m.label)
+        except Exception:  # a mistake that cannot even run on these inputs matches nothing
+            continue
+    return labels
+
+
+def check_exercise(impl: Any, ref: Any, exercise: str, run: Callable[[Any], Any], *, call: str,
+                   rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> Any:
+    """Run ``run(impl.<exercise>)`` and ``run(ref.<exercise>)`` and require equal results.
+
+    ``run`` receives the function or class under test and returns what should be compared;
+    it must build fresh inputs each time it is called (known mistakes are run through it too).
+    Returns the learner's output.
+    """
+    expected = run(getattr(ref, exercise))
+    got = run(getattr(impl, exercise))
+    problem = compare(got, expected, rtol=rtol, atol=atol)
+    if problem is not None:
+        raise WrongAnswer(explain(call, problem, matching_mistakes(part_of(ref), exercise, run, got, rtol=rtol, atol=atol)))
+    return got
+
+
+def explain(call: str, problem: str, labels: list[str] | tuple[str, ...] = ()) -> str:
+    lines = [f"wrong answer from {call}", f"  {problem}"]
+    lines += [f"  {label}" for label in labels]
+    return "\n".join(lines)
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    if isinstance(value, np.random.Generator):
+        return copy.deepcopy(value)
+    if isinstance(value, (list, tuple, dict, np.ndarray)):
+        return copy.deepcopy(value)
+    return value
+
+
+def check_call(impl: Any, ref: Any, exercise: str, *args: Any, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+               **kwargs: Any) -> Any:
+    """Call the exercise with (copies of) these arguments and compare with the reference.
+
+    Also fails if the learner's function modified one of its tensor inputs in place.
+    """
+    call = describe_call(exercise, *args, **kwargs)
+
+    def run(fn: Callable) -> Any:
+        return fn(*[_clone(a) for a in args], **{k: _clone(v) for k, v in kwargs.items()})
+
+    got = check_exercise(impl, ref, exercise, run, call=call, rtol=rtol, atol=atol)
+    copies = [_clone(a) for a in args]
+    kw_copies = {k: _clone(v) for k, v in kwargs.items()}
+    getattr(impl, exercise)(*copies, **kw_copies)
+    for i, (before, after) in enumerate(list(zip(args, copies)) + [(kwargs[k], kw_copies[k]) for k in kwargs]):
+        if isinstance(before, torch.Tensor) and not torch.equal(before.detach(), after.detach()):
+            raise WrongAnswer(f"{call} modified its input #{i} in place; treat inputs as read-only")
+    return got

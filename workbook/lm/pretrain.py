@@ -1,0 +1,288 @@
+"""Pretrain the character GPT on generated reviews (next-token prediction), with a cache.
+
+Part 3 starts from a model that already writes fluent reviews of every
+sentiment; RLHF then only has to *shift* what it says. This module trains that
+model from scratch on the CPU in a couple of minutes, and `load_or_pretrain`
+keeps the result under a cache directory keyed by a hash of the settings, so
+it is trained once per machine and configuration.
+
+    python -m workbook.lm.pretrain                 # default model, stored in the cache
+    python -m workbook.lm.pretrain --steps 200 --out /tmp/lm.pt
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import hashlib
+import inspect
+import json
+import math
+import os
+import sys
+import textwrap
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Int
+from torch import Tensor
+
+from workbook.lm.corpus import MAX_REVIEW_CHARS, generate_reviews, review_prompts
+from workbook.lm.model import GPT, GPTConfig, load_checkpoint, sample_texts, save_checkpoint
+from workbook.lm.tokenizer import CharTokenizer, pad_batch
+
+# Bump when the corpus, tokenizer or training code changes what a given set of
+# arguments produces, so stale cached checkpoints are not reused.
+CACHE_VERSION = 1
+
+
+def default_cache_dir() -> str:
+    """$WORKBOOK_CACHE if set, else ~/.cache/ppo-rlhf-workbook."""
+    return os.environ.get("WORKBOOK_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "ppo-rlhf-workbook")
+
+
+@dataclass(frozen=True)
+class PretrainArgs:
+    seed: int = 0
+    """Seeds the corpus, the initial weights and the batch order."""
+    n_reviews: int = 60_000
+    """Training reviews generated (about 61 characters each)."""
+    n_heldout: int = 2_000
+    """Held-out reviews (a different seed) for the final loss."""
+    steps: int = 800
+    """Optimizer steps."""
+    batch_size: int = 32
+    """Reviews per step."""
+    lr: float = 3e-3
+    """Peak learning rate (AdamW)."""
+    min_lr_frac: float = 0.1
+    """The cosine decay ends at lr * min_lr_frac."""
+    warmup: int = 40
+    """Steps of linear warm-up from 0 to lr."""
+    weight_decay: float = 0.01
+    """AdamW weight decay on matrices (not on biases, norms or embeddings)."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this (0 = off)."""
+    block_size: int = 128
+    """Context length; must hold BOS + the longest review + EOS."""
+    n_layer: int = 4
+    """Transformer blocks."""
+    n_head: int = 4
+    """Attention heads per block."""
+    d_model: int = 128
+    """Residual stream width."""
+    dropout: float = 0.0
+    """Dropout while training (the corpus is big and training short: none needed)."""
+    threads: int = 1
+    """torch intra-op threads while training; not part of the cache key."""
+    log_every: int = 100
+    """Print the training loss every this many steps (when progress is on)."""
+    cache_dir: str = field(default_factory=default_cache_dir)
+    """Where load_or_pretrain keeps checkpoints; not part of the cache key."""
+
+    def model_config(self) -> GPTConfig:
+        return GPTConfig(
+            vocab_size=CharTokenizer().vocab_size, block_size=self.block_size, n_layer=self.n_layer,
+            n_head=self.n_head, d_model=self.d_model, dropout=self.dropout,
+        )
+
+    def cache_key(self) -> str:
+        """Hash of everything that changes the trained weights."""
+        d = {k: v for k, v in asdict(self).items() if k not in _NOT_IN_KEY}
+        d["cache_version"] = CACHE_VERSION
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+_NOT_IN_KEY = ("threads", "log_every", "cache_dir")
+
+# For tests: ~7k parameters, trains in about a second.
+TINY_ARGS = PretrainArgs(
+    n_reviews=2_000, n_heldout=200, steps=60, batch_size=16, lr=1e-2, warmup=5,
+    block_size=MAX_REVIEW_CHARS + 2, n_layer=1, n_head=2, d_model=16, log_every=20,
+)
+
+
+def encode_reviews(texts: list[str], tokenizer: CharTokenizer) -> Int[Tensor, "n seq"]:
+    """Each text as BOS + text + EOS, right-padded with PAD into one tensor."""
+    ids, _ = pad_batch([tokenizer.encode(t, add_bos=True, add_eos=True) for t in texts], side="right",
+                       pad_id=tokenizer.pad_id)
+    return ids
+
+
+def lm_loss(model: GPT, batch: Int[Tensor, "batch seq"], pad_id: int) -> Tensor:
+    """Mean next-token cross-entropy over real targets of right-padded `batch`.
+
+    No attention mask is needed: with right padding, causal attention already
+    keeps every real token from seeing the pads after it, and positions start
+    at 0 in every row. Targets that are PAD are ignored, so the model learns to
+    emit EOS but is never trained on padding.
+    """
+    batch = batch[:, : int((batch != pad_id).sum(dim=1).max())]  # drop all-pad columns
+    inputs, targets = batch[:, :-1], batch[:, 1:]
+    logits = model(inputs)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=pad_id)
+
+
+@torch.no_grad()
+def evaluate(model: GPT, data: Int[Tensor, "n seq"], pad_id: int, batch_size: int = 256) -> float:
+    """Loss per real target token over all of `data`."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(data), batch_size):
+        batch = data[i : i + batch_size]
+        n = int((batch[:, 1:] != pad_id).sum())
+        total += lm_loss(model, batch, pad_id).item() * n
+        count += n
+    model.train(was_training)
+    return total / max(count, 1)
+
+
+def _lr_at(step: int, args: PretrainArgs) -> float:
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    frac = (step - args.warmup) / max(1, args.steps - args.warmup)
+    return args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def pretrain(args: PretrainArgs, *, progress: bool = True) -> tuple[GPT, CharTokenizer, dict]:
+    """Train a fresh GPT on `args.n_reviews` generated reviews; returns (model in eval mode, tokenizer, stats).
+
+    `stats` holds plain data: params, wall_s, threads, final_loss (mean training
+    loss of the last 20 steps), heldout_loss, and the curve as [step, loss]
+    pairs. Deterministic for a given `args` and thread count; the global torch
+    RNG and thread setting are restored afterwards.
+    """
+    tok = CharTokenizer()
+    cfg = args.model_config()
+    longest = MAX_REVIEW_CHARS + 2
+    if cfg.block_size < longest:
+        raise ValueError(f"block_size={cfg.block_size} cannot hold BOS + a {MAX_REVIEW_CHARS}-char review + EOS")
+    if args.steps < 1 or args.batch_size < 1 or args.n_reviews < 1:
+        raise ValueError("steps, batch_size and n_reviews must be positive")
+
+    t0 = time.perf_counter()
+    train_data = encode_reviews([r.text for r in generate_reviews(args.n_reviews, args.seed)], tok)
+    heldout = encode_reviews([r.text for r in generate_reviews(args.n_heldout, args.seed + 1_000_003)], tok)
+
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        with torch.random.fork_rng(devices=[]):  # leave the caller's RNG alone
+            torch.manual_seed(args.seed)
+            model = GPT(cfg)
+            model.train()
+            decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith(("wte", "wpe"))]
+            no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and not n.startswith(("wte", "wpe")))]
+            opt = torch.optim.AdamW(
+                [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+                lr=args.lr, betas=(0.9, 0.98),
+            )
+            order = torch.Generator().manual_seed(args.seed)
+            # Batches of similar length: reviews run 20-120 characters, so a
+            # random batch would be about half padding. Sorting by length and
+            # drawing each batch from a narrow window of the sorted list
+            # roughly halves the cost of a step without changing what is learned.
+            by_length = torch.argsort((train_data != tok.pad_id).sum(dim=1), stable=True)
+            window = min(len(train_data), 8 * args.batch_size)
+            curve = []
+            for step in range(args.steps):
+                for g in opt.param_groups:
+                    g["lr"] = _lr_at(step, args)
+                start = int(torch.randint(len(train_data) - window + 1, (1,), generator=order))
+                idx = by_length[start + torch.randint(window, (args.batch_size,), generator=order)]
+                loss = lm_loss(model, train_data[idx], tok.pad_id)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if args.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+                opt.step()
+                curve.append([step, loss.item()])
+                if progress and ((step + 1) % args.log_every == 0 or step == 0):
+                    print(f"step {step + 1:5d}/{args.steps}  loss {loss.item():.4f}  "
+                          f"lr {_lr_at(step, args):.2e}  {time.perf_counter() - t0:6.1f}s", flush=True)
+            model.eval()
+            heldout_loss = evaluate(model, heldout, tok.pad_id)
+    finally:
+        torch.set_num_threads(old_threads)
+    last = [loss for _, loss in curve[-20:]]
+    stats = {
+        "params": model.num_params(),
+        "wall_s": time.perf_counter() - t0,
+        "threads": args.threads,
+        "final_loss": sum(last) / len(last),
+        "heldout_loss": heldout_loss,
+        "curve": curve,
+    }
+    if progress:
+        print(f"held-out loss {heldout_loss:.4f}  ({stats['params']:,} params, {stats['wall_s']:.1f}s)", flush=True)
+    return model, tok, stats
+
+
+def checkpoint_path(args: PretrainArgs) -> Path:
+    """Where `load_or_pretrain` keeps the checkpoint for `args`."""
+    return Path(args.cache_dir) / f"pretrained-{args.cache_key()}.pt"
+
+
+def load_or_pretrain(args: PretrainArgs = PretrainArgs(), *, progress: bool = True) -> tuple[GPT, CharTokenizer]:
+    """The pretrained model for `args`: from the cache if there, else trained now and cached."""
+    path = checkpoint_path(args)
+    if path.exists():
+        try:
+            model, tok, _ = load_checkpoint(path)
+            return model, tok
+        except Exception as e:  # a corrupt or foreign file: retrain rather than fail
+            print(f"ignoring unreadable checkpoint {path}: {e}", file=sys.stderr)
+    if progress:
+        print(f"pretraining the review model (once; cached at {path})", flush=True)
+    model, tok, stats = pretrain(args, progress=progress)
+    save_checkpoint(path, model, tok, extra={"args": _plain_args(args), "stats": stats})
+    return model, tok
+
+
+def _plain_args(args: PretrainArgs) -> dict:
+    return {k: v for k, v in asdict(args).items() if k != "cache_dir"}
+
+
+def _field_docs(cls) -> dict[str, str]:
+    """The one-line docstrings written under dataclass fields (for --help)."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    docs = {}
+    for stmt, nxt in zip(body, body[1:]):
+        if isinstance(stmt, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[stmt.target.id] = str(nxt.value.value).strip()
+    return docs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workbook.lm.pretrain", description=__doc__.split("\n\n")[0])
+    defaults = PretrainArgs()
+    docs = _field_docs(PretrainArgs)
+    for f in dataclasses.fields(PretrainArgs):
+        default = getattr(defaults, f.name)
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(default), default=default,
+                            help=f"{docs.get(f.name, '')} (default: {default})")
+    parser.add_argument("--out", default=None, help="checkpoint path (default: the cache, where load_or_pretrain finds it)")
+    parser.add_argument("--samples", type=int, default=8, help="sample generations printed at the end")
+    ns = parser.parse_args(argv)
+    args = PretrainArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(PretrainArgs)})
+
+    model, tok, stats = pretrain(args, progress=True)
+    out = Path(ns.out) if ns.out else checkpoint_path(args)
+    save_checkpoint(out, model, tok, extra={"args": _plain_args(args), "stats": stats})
+    print(f"saved {out}")
+    print(f"final train loss {stats['final_loss']:.4f}  held-out {stats['heldout_loss']:.4f}  "
+          f"wall {stats['wall_s']:.1f}s  params {stats['params']:,}  threads {stats['threads']}")
+    if ns.samples:
+        prompts = review_prompts(ns.samples, seed=args.seed + 7)
+        for text in sample_texts(model, tok, prompts, max_new_tokens=args.block_size, temperature=1.0, seed=args.seed):
+            print("  " + text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
