@@ -73,8 +73,8 @@ def test_compute_advantages_hand_computed_example(impl):
                   terminated=torch.zeros(3, 1, dtype=torch.bool), gamma=0.9, gae_lambda=0.8)
     got = impl.compute_advantages(**kwargs)
     expected = torch.tensor([[2.12648], [1.634], [0.95]])
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5,
-                               msg=lambda m: explain(describe_call("compute_advantages", **kwargs), m))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, msg=lambda m: explain(
+        describe_call("compute_advantages", **kwargs), m, diagnose("compute_advantages", got, **kwargs)))
 
 
 @pytest.mark.exercise("compute_advantages")

@@ -199,6 +199,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, message)
         report.workbook_outcome = NOT_STARTED
+    if failed_here and stub is None and str(call.excinfo.value).startswith("wrong answer from"):
+        # Our own explanation says everything; a traceback through the harness adds nothing.
+        where = f"{item.path.name}:{item.location[1] + 1 if item.location[1] is not None else '?'}"
+        report.longrepr = f"{item.name} ({where})\n{call.excinfo.value}"
     if report.when == "call" or (report.when == "setup" and not report.passed):
         found = _exercise_of(item)
         if found is None:
