@@ -64,6 +64,17 @@ def test_compute_advantages_matches_reference(impl, ref, seed):
     check_call(impl, ref, "compute_advantages", **inputs, gamma=0.99, gae_lambda=0.95)
 
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.exercise("compute_advantages")
+@pytest.mark.parametrize("device", DEVICES)
+def test_compute_advantages_stays_on_the_input_device(impl, ref, device):
+    inputs = {k: v.to(device) for k, v in rollout(3).items()}
+    got = check_call(impl, ref, "compute_advantages", **inputs, gamma=0.99, gae_lambda=0.95)
+    assert got.device.type == device, f"advantages came back on {got.device}, inputs were on {device}"
+
+
 @pytest.mark.exercise("compute_advantages")
 def test_compute_advantages_hand_computed_example(impl):
     # One env, three steps, no terminations, γ=0.9, λ=0.8: every δ is 1 + 0.9·0.5 − 0.5 = 0.95,
