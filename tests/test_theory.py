@@ -1,0 +1,319 @@
+"""Checks on part0_theory.md: it covers the nine topics, every cross-reference resolves, every
+image exists, and its worked examples agree with the reference solutions.
+
+These tests check the document and the reference solutions only (never your exercises), so they
+pass whatever ``--impl`` is. If one fails after you changed a reference solution or renamed a
+test, update the document (and ``scripts/make_figures.py`` for the figures).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+from torch.distributions.categorical import Categorical
+
+from workbook import mistakes
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "part0_theory.md"
+FIGURE_SCRIPT = ROOT / "scripts" / "make_figures.py"
+MAX_FIGURE_BYTES = 150 * 1024
+
+# Section number -> phrases the section must contain (case-insensitive): the nine topics.
+TOPICS = {
+    1: ["state", "action", "policy", "trajectory", "reward", "language model"],
+    2: ["log-derivative", "policy-gradient theorem", "REINFORCE", "variance"],
+    3: ["rewards-to-go", "baseline", "unbiased", "Q^\\pi", "V^\\pi", "advantage"],
+    4: ["GAE", "k-step", "recursion", "termination", "truncation", "bias"],
+    5: ["importance sampling", "probability ratio", "epochs"],
+    6: ["clip", "gradient is zero", "approximate KL", "clip fraction"],
+    7: ["value loss", "value clipping", "entropy bonus", "full objective", "advantage normalisation",
+        "annealing", "gradient-norm clipping", "orthogonal"],
+    8: ["reward model", "Bradley–Terry", "value head", "per-token reward", "k3", "adaptive",
+        "reward hacking", "mode collapse", "whiten"],
+    9: ["common mistakes"],
+}
+
+EXERCISE_REF = re.compile(r"`((?:exercises|solutions)/part\d+_\w+\.py)::([\w.]+)`")
+TEST_REF = re.compile(r"`(tests/test_\w+\.py)::(\w+)`")
+MISTAKE_REF = re.compile(r"`(part\d+_\w+:\w+:\w+)`")
+IMAGE_REF = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
+ANCHOR_REF = re.compile(r"\]\(#([^)]+)\)")
+SECTION = re.compile(r"^## (\d+)\. (.+)$", re.MULTILINE)
+
+
+@cache
+def doc() -> str:
+    return DOC.read_text(encoding="utf-8")
+
+
+def sections() -> dict[int, str]:
+    text = doc()
+    heads = list(SECTION.finditer(text))
+    out = {}
+    for head, nxt in zip(heads, heads[1:] + [None]):
+        out[int(head.group(1))] = text[head.start(): nxt.start() if nxt else len(re.split(r"^## Further", text, flags=re.M)[0])]
+    return out
+
+
+@cache
+def top_level_names(path: Path) -> dict[str, set[str]]:
+    """Top-level names of a Python file -> the method names if it is a class, else an empty set."""
+    names: dict[str, set[str]] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names[node.name] = set()
+        elif isinstance(node, ast.ClassDef):
+            names[node.name] = {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Name):
+                    names[target.id] = set()
+    return names
+
+
+def number(cell: str) -> float:
+    return float(cell.strip().replace("−", "-"))
+
+
+def decimals(cell: str) -> int:
+    cell = cell.strip()
+    return len(cell.split(".")[1]) if "." in cell else 0
+
+
+def assert_printed(cell: str, value: float, what: str) -> None:
+    """The printed number must be ``value`` rounded to the precision it is printed with."""
+    tolerance = 0.5 * 10 ** -decimals(cell) + 1e-6
+    assert abs(number(cell) - value) <= tolerance, (
+        f"part0_theory.md prints {cell.strip()} for {what}, but the reference solution gives {value:.6f}")
+
+
+def table_after(marker: str) -> list[list[str]]:
+    """Rows (as lists of cells) of the markdown table right after ``<!-- worked-example: marker -->``."""
+    text = doc()
+    tag = f"<!-- worked-example: {marker} -->"
+    assert tag in text, f"part0_theory.md lost its worked example marker {tag}"
+    rows = []
+    for line in text.split(tag, 1)[1].lstrip("\n").splitlines():
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not all(set(c) <= set("-: ") for c in cells):  # skip the separator row
+            rows.append(cells)
+    assert len(rows) >= 2, f"no table found after {tag}"
+    return rows
+
+
+# --- structure --------------------------------------------------------------------------
+
+def test_all_nine_topics_are_present():
+    found = sections()
+    assert sorted(found) == list(range(1, 10)), f"expected sections 1..9 (headings '## N. ...'), found {sorted(found)}"
+    for n, phrases in TOPICS.items():
+        missing = [p for p in phrases if p.lower() not in found[n].lower()]
+        assert not missing, f"section {n} no longer mentions {missing}"
+
+
+def test_every_section_names_its_exercises_and_tests():
+    for n, body in sections().items():
+        assert EXERCISE_REF.search(body), f"section {n} names no exercise as `exercises/partN_x.py::name`"
+        assert TEST_REF.search(body), f"section {n} names no test as `tests/test_partN_x.py::test_name`"
+
+
+def test_referenced_exercises_exist():
+    refs = EXERCISE_REF.findall(doc())
+    assert refs
+    for file, name in refs:
+        path = ROOT / file
+        assert path.exists(), f"part0_theory.md names `{file}::{name}` but {file} does not exist"
+        top, _, method = name.partition(".")
+        names = top_level_names(path)
+        assert top in names, f"part0_theory.md names `{file}::{name}` but {file} has no top-level {top!r}"
+        assert not method or method in names[top], f"part0_theory.md names `{file}::{name}` but {top} has no method {method!r}"
+        # The reference answer has the same name.
+        other = ROOT / "solutions" / Path(file).name
+        assert top in top_level_names(other), f"{other.relative_to(ROOT)} has no {top!r}"
+
+
+def test_referenced_tests_exist():
+    refs = TEST_REF.findall(doc())
+    assert refs
+    for file, name in refs:
+        path = ROOT / file
+        assert path.exists(), f"part0_theory.md names `{file}::{name}` but {file} does not exist"
+        assert name.startswith("test_") and name in top_level_names(path), (
+            f"part0_theory.md names `{file}::{name}`, which is not a test function in {file}")
+
+
+def test_referenced_mistakes_exist():
+    known = {m.id for m in mistakes.all_mistakes()}
+    refs = MISTAKE_REF.findall(doc())
+    assert refs
+    unknown = sorted(set(refs) - known)
+    assert not unknown, f"part0_theory.md names mistakes that are not registered in workbook/mistakes: {unknown}"
+
+
+def test_common_mistakes_are_one_line_each_with_a_known_wrong_version():
+    bullets = [line for line in sections()[9].splitlines() if line.startswith("- ")]
+    assert len(bullets) >= 10
+    for line in bullets:
+        assert len(MISTAKE_REF.findall(line)) == 1, f"section 9: each line names exactly one known mistake: {line!r}"
+    ids = [MISTAKE_REF.search(line).group(1) for line in bullets]
+    assert len(ids) == len(set(ids)), "section 9 lists a mistake twice"
+
+
+def test_images_exist_are_small_and_generated_by_the_script():
+    links = IMAGE_REF.findall(doc())
+    assert len(links) >= 2
+    script = FIGURE_SCRIPT.read_text(encoding="utf-8")
+    for link in links:
+        path = ROOT / link
+        assert path.is_file(), f"part0_theory.md shows {link}, which does not exist (run scripts/make_figures.py)"
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{link} is not a PNG"
+        assert path.stat().st_size < MAX_FIGURE_BYTES, f"{link} is {path.stat().st_size} bytes; keep figures < 150 KB"
+        assert f'"{path.name}"' in script, f"{link} is not drawn by scripts/make_figures.py"
+    committed = {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs" / "figures").glob("*.png")}
+    assert not committed - set(links), f"figures nobody links to: {sorted(committed - set(links))}"
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_internal_links_resolve():
+    anchors = {slug(h) for h in re.findall(r"^#+ (.+)$", doc(), flags=re.MULTILINE)}
+    for anchor in ANCHOR_REF.findall(doc()):
+        assert anchor in anchors, f"link to #{anchor}, but no heading has that anchor"
+
+
+def test_math_avoids_constructs_github_misrenders():
+    in_fence = False
+    for i, line in enumerate(doc().splitlines(), 1):
+        if line.startswith("```"):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        code_free = re.sub(r"`[^`]*`", "", line)
+        assert code_free.count("$") % 2 == 0, f"line {i}: unbalanced $ in {line!r}"
+        assert "\\begin{align" not in code_free, f"line {i}: use a ```math block for aligned equations"
+        if line.startswith("|"):
+            for math in re.findall(r"\$([^$]+)\$", code_free):
+                assert "|" not in math, f"line {i}: a bare | inside math in a table breaks the table; use \\lvert/\\rvert or \\mid"
+
+
+# --- worked example (a): GAE --------------------------------------------------------------
+
+GAE_ROWS = ("reward", "value", "TD error", "advantage", "return")
+
+
+def gae_table() -> dict[str, list[str]]:
+    rows = table_after("gae")
+    header, body = rows[0], rows[1:]
+    table = {}
+    for label, row in zip(GAE_ROWS, body):
+        assert row[0].startswith(label), f"GAE table: expected a row starting with {label!r}, got {row[0]!r}"
+        assert len(row) == len(header), f"GAE table: row {label!r} has {len(row) - 1} numbers, header has {len(header) - 1}"
+        table[label] = row[1:]
+    assert len(body) == len(GAE_ROWS)
+    assert [int(c) for c in header[1:]] == list(range(len(header) - 1))
+    return table
+
+
+def test_worked_example_gae_matches_reference():
+    part1 = importlib.import_module("solutions.part1_ppo_core")
+    table = gae_table()
+    assert len(table["reward"]) == 9, "the GAE example is a 9-token response"
+    rewards = torch.tensor([number(c) for c in table["reward"]])[:, None]
+    values = torch.tensor([number(c) for c in table["value"]])[:, None]
+    kwargs = dict(next_value=torch.zeros(1), next_terminated=torch.tensor([False]), rewards=rewards,
+                  values=values, terminated=torch.zeros(9, 1, dtype=torch.bool), gamma=1.0)
+    deltas = part1.compute_advantages(**kwargs, gae_lambda=0.0)[:, 0]
+    advantages = part1.compute_advantages(**kwargs, gae_lambda=0.95)[:, 0]
+    returns = advantages + values[:, 0]
+    for label, computed in (("TD error", deltas), ("advantage", advantages), ("return", returns)):
+        for t, (cell, value) in enumerate(zip(table[label], computed.tolist())):
+            assert_printed(cell, value, f"the {label} at t={t} (γ=1, λ=0.95)")
+    assert "0.75 at $t = 0$" in doc() and abs(rewards.sum().item() - 0.75) < 1e-6
+
+
+def test_gae_figure_uses_the_documents_example():
+    script = ast.parse(FIGURE_SCRIPT.read_text(encoding="utf-8"))
+    constants = {t.id: ast.literal_eval(node.value) for node in script.body if isinstance(node, ast.Assign)
+                 for t in node.targets if isinstance(t, ast.Name) and t.id in ("GAE_REWARDS", "GAE_VALUES")}
+    table = gae_table()
+    assert constants["GAE_REWARDS"] == [number(c) for c in table["reward"]]
+    assert constants["GAE_VALUES"] == [number(c) for c in table["value"]]
+
+
+# --- worked example (b): the clipped surrogate's six cases ---------------------------------
+
+EPS = 0.2
+CASE_COLUMNS = ("row", "case", "A", "r", "rA", "clipA", "term", "grad")
+
+
+def clipped_objective(part1, advantages: torch.Tensor, ratios: torch.Tensor, old_requires_grad: bool = False):
+    """The reference objective on a minibatch whose ratios are exactly ``ratios`` (two-action policies)."""
+    dist = Categorical(logits=torch.zeros(len(ratios), 2))
+    actions = torch.zeros(len(ratios), dtype=torch.long)
+    old_logprobs = (dist.log_prob(actions) - torch.log(ratios)).detach().requires_grad_(old_requires_grad)
+    return part1.calc_clipped_surrogate_objective(dist, actions, advantages, old_logprobs, EPS), old_logprobs
+
+
+def test_worked_example_clipped_surrogate_matches_reference():
+    part1 = importlib.import_module("solutions.part1_ppo_core")
+    rows = table_after("clipped-surrogate")
+    header, body = rows[0], rows[1:]
+    assert len(header) == len(CASE_COLUMNS) and "0.8, 1.2" in header[5], "the clipped-surrogate table's columns changed"
+    table = [dict(zip(CASE_COLUMNS, row)) for row in body]
+    advantages = torch.tensor([number(r["A"]) for r in table])
+    ratios = torch.tensor([number(r["r"]) for r in table])
+    n = len(table)
+
+    # The example relies on the advantages being already normalised (mean 0, unbiased std 1).
+    assert abs(advantages.mean().item()) < 1e-7 and abs(advantages.std().item() - 1) < 1e-7
+
+    objective, old_logprobs = clipped_objective(part1, advantages, ratios, old_requires_grad=True)
+    objective.backward()
+    # d objective / d old_logprob_i = -(1/n) * d term_i / d r_i * r_i
+    grads = -n * old_logprobs.grad / ratios
+
+    for i, row in enumerate(table):
+        A, r = advantages[i].item(), ratios[i].item()
+        # The row's label says which case it is.
+        case = row["case"]
+        if "inside" in case:
+            assert 1 - EPS <= r <= 1 + EPS, f"row {i + 1} is labelled inside but r = {r}"
+        if "r < 1-" in case.replace(" ", ""):
+            assert r < 1 - EPS, f"row {i + 1}: label {case!r} but r = {r}"
+        if "r > 1+" in case.replace(" ", ""):
+            assert r > 1 + EPS, f"row {i + 1}: label {case!r} but r = {r}"
+        if "\\hat A > 0" in case:
+            assert A > 0
+        if "\\hat A < 0" in case:
+            assert A < 0
+        assert_printed(row["rA"], r * A, f"r·Â in row {i + 1}")
+        assert_printed(row["clipA"], min(max(r, 1 - EPS), 1 + EPS) * A, f"clip(r)·Â in row {i + 1}")
+        # Row i's term, read off the reference: reset its ratio to 1 (term = Â_i there) and
+        # measure how the mean moves. Only row i's term changes: normalisation uses advantages only.
+        reset = ratios.clone()
+        reset[i] = 1.0
+        without, _ = clipped_objective(part1, advantages, reset)
+        term = advantages[i].item() + n * (objective.item() - without.item())
+        assert_printed(row["term"], term, f"the term of row {i + 1}")
+        assert_printed(row["grad"], grads[i].item(), f"∂term/∂r in row {i + 1}")
+
+    match = re.search(r"objective = mean of the term column = (\S+)", doc())
+    assert match, "the clipped-surrogate example lost its 'objective = mean of the term column = ...' line"
+    assert_printed(match.group(1), objective.item(), "the minibatch objective")
+
+    outside = int(((ratios - 1).abs() > EPS).sum())
+    match = re.search(r"\((\d+) of (\d+) above\)", doc())
+    assert match and (int(match.group(1)), int(match.group(2))) == (outside, n), "the clip fraction quoted for the example is wrong"
