@@ -204,8 +204,11 @@ def test_math_avoids_constructs_github_misrenders():
         code_free = re.sub(r"`[^`]*`", "", line)
         assert code_free.count("$") % 2 == 0, f"line {i}: unbalanced $ in {line!r}"
         assert "\\begin{align" not in code_free, f"line {i}: use a ```math block for aligned equations"
-        if line.startswith("|"):
-            for math in re.findall(r"\$([^$]+)\$", code_free):
+        for math in re.findall(r"\$([^$]+)\$", code_free):
+            # Markdown runs first and eats a backslash before ASCII punctuation (\, \{ \\ ...).
+            eaten = re.findall(r"\\[!-/:-@\[-`{-~]", math)
+            assert not eaten, f"line {i}: {eaten} inside $...$ is mangled by GitHub; use \\lbrace, \\ , or a ```math block"
+            if line.startswith("|"):
                 assert "|" not in math, f"line {i}: a bare | inside math in a table breaks the table; use \\lvert/\\rvert or \\mid"
 
 
