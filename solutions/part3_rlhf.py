@@ -1,0 +1,817 @@
+"""Part 3 — RLHF: PPO on a language model with a value head.
+
+The policy is a small GPT that already writes movie reviews; a reward (VADER sentiment, or a
+learned reward model) says how positive each review is; PPO nudges the policy towards higher
+reward while a KL penalty keeps it close to a frozen copy of itself (the *reference*).
+
+The functions mirror TRL's ``core.py`` and ``PPOTrainer`` so that what you learn here carries
+over to the library. Conventions for the whole part:
+
+- **Losses are minimised** (TRL's convention), unlike Part 1 where we maximised an objective:
+  ``pg_loss = −min(r·A, clip(r)·A)`` averaged over tokens, and the optimizer is plain Adam.
+- **Response tensors** are ``[batch, resp]``: one row per sampled review, one column per
+  *generated* token (the prompt is not in them), right-padded to the longest response.
+- **Masks** are float tensors with 1.0 on real response tokens and 0.0 on padding. Every mean
+  over tokens is a *masked* mean; padding must never leak into a number.
+- **One step = one token.** The "state" before response token ``t`` is prompt + response[:t];
+  the "action" is token ``t``; the reward is a KL penalty on every token plus the score on
+  the last real one.
+
+Theory: part0_theory.md (RLHF sections). Tests: tests/test_part3_rlhf.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from workbook.lm.model import GPT
+from workbook.lm.tokenizer import pad_batch
+from workbook.typecheck import typechecked
+
+KLKind = Literal["kl", "abs", "mse", "full", "k3"]
+
+# --------------------------------------------------------------------------------------
+# Small tensor functions (TRL's core.py)
+# --------------------------------------------------------------------------------------
+
+
+@typechecked
+def logprobs_from_logits(logits: Float[Tensor, "*batch vocab"], labels: Int[Tensor, "*batch"]) -> Float[Tensor, "*batch"]:
+    """Log-probability of each label under the categorical distribution given by ``logits``.
+
+        out[..., i] = log softmax(logits[..., i, :])[labels[..., i]]
+
+    This is how a language model scores a text it did not necessarily write: run it on the
+    text and read off, at every position, the log-probability it gave the token that actually
+    came next.
+
+    Traps:
+    - ``log(softmax(x))`` underflows to ``-inf`` for very unlikely tokens; ``log_softmax``
+      computes the same thing stably.
+    - Normalise over the *vocabulary* axis (the last one), then pick the label with
+      ``gather`` — not the raw logit of the label, which is not a log-probability.
+    """
+    logp = F.log_softmax(logits, dim=-1)
+    return torch.gather(logp, -1, labels.unsqueeze(-1)).squeeze(-1)
+
+
+@typechecked
+def entropy_from_logits(logits: Float[Tensor, "*batch vocab"]) -> Float[Tensor, "*batch"]:
+    """Entropy H(p) = −Σ p log p of the distribution ``softmax(logits)``, per position.
+
+    Stable form: with ``p = softmax(x)`` and ``log p = x − logsumexp(x)``,
+
+        H = logsumexp(x) − Σ_v p_v · x_v
+
+    which never evaluates ``0 · log 0``. The entropy of a uniform distribution over V tokens
+    is log V; a model that has collapsed onto one continuation has entropy near 0, so this is
+    the first number to watch for mode collapse.
+
+    Traps:
+    - ``-(p * p.log()).sum()`` gives NaN as soon as some probability underflows to 0
+      (``0 · −inf``). Logits of a trained model routinely span 50+ nats.
+    - Sum over the vocabulary axis, not over positions.
+    """
+    p = F.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (p * logits).sum(dim=-1)
+
+
+@typechecked
+def whiten(values: Float[Tensor, "*shape"], shift_mean: bool = True) -> Float[Tensor, "*shape"]:
+    """Standardise ``values`` over *all* its elements: ``(x − mean) / sqrt(var + 1e-8)``.
+
+    ``var`` is the unbiased variance (``torch.var``'s default), computed over every element
+    together (not per row). With ``shift_mean=False`` the mean is added back afterwards, so
+    only the scale changes (TRL uses that to rescale rewards without moving their sign).
+
+    Traps:
+    - ``rsqrt(var + 1e-8)``: the 1e-8 sits inside the square root.
+    - One mean and one variance for the whole tensor, not one per row.
+    """
+    mean, var = values.mean(), values.var()
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened
+
+
+@typechecked
+def masked_mean(values: Float[Tensor, "*shape"], mask: Float[Tensor, "*shape"], axis: int | None = None) -> Float[Tensor, "..."]:
+    """Mean of ``values`` over the positions where ``mask`` is 1.
+
+        axis=None:  Σ values·mask / Σ mask                       (a 0-dim tensor)
+        axis=k:     (values·mask).sum(k) / mask.sum(k)           (axis k removed)
+
+    With responses of different lengths, the padding is not data: a plain ``.mean()`` counts
+    the padding as zeros (or worse, as whatever the model output there).
+
+    Traps:
+    - Divide by the number of *real* tokens (``mask.sum()``), not by ``values.numel()``.
+    - With ``axis=None``, do not average the per-row means: rows of different lengths would
+      get equal weight instead of each token getting equal weight.
+    """
+    if axis is None:
+        return (values * mask).sum() / mask.sum()
+    return (values * mask).sum(axis) / mask.sum(axis)
+
+
+@typechecked
+def masked_var(values: Float[Tensor, "*shape"], mask: Float[Tensor, "*shape"], unbiased: bool = True) -> Float[Tensor, ""]:
+    """Variance of ``values`` over the positions where ``mask`` is 1 (one number).
+
+        mean = masked_mean(values, mask)
+        var  = masked_mean((values − mean)², mask)             the biased (population) variance
+        var  = var · n / (n − 1)   if unbiased, with n = Σ mask (Bessel's correction)
+
+    Raise a ``ValueError`` that says so when the mask holds fewer than 2 real elements (the
+    unbiased variance of one number is 0/0) — or none at all when ``unbiased=False``.
+
+    Traps:
+    - Bessel's ``n`` is the number of *masked-in* elements, not ``values.numel()``.
+    - Centre with the *masked* mean, not ``values.mean()``.
+    - ``unbiased=True`` means divide by n − 1; don't invert the flag.
+    """
+    n = mask.sum()
+    need = 2 if unbiased else 1
+    if n < need:
+        raise ValueError(f"masked_var needs at least {need} masked-in element(s) (unbiased={unbiased}), "
+                         f"but the mask sums to {n.item():g}")
+    mean = masked_mean(values, mask)
+    var = masked_mean((values - mean) ** 2, mask)
+    if unbiased:
+        var = var * n / (n - 1)
+    return var
+
+
+@typechecked
+def masked_whiten(values: Float[Tensor, "*shape"], mask: Float[Tensor, "*shape"], shift_mean: bool = True) -> Float[Tensor, "*shape"]:
+    """:func:`whiten` with the mean and (unbiased) variance taken over the masked-in elements only.
+
+        out = (values − masked_mean) · rsqrt(masked_var + 1e-8)      (+ masked_mean if not shift_mean)
+
+    Every position is transformed, padding included (callers ignore or zero the padding);
+    on the masked-in positions the result equals ``whiten(values[mask == 1])``.
+
+    Traps:
+    - Statistics over the padding too (plain ``whiten``) shift and squash every real value.
+    - Use the unbiased masked variance, like ``whiten`` does.
+    """
+    mean, var = masked_mean(values, mask), masked_var(values, mask)
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened
+
+
+@typechecked
+def clip_by_value(x: Float[Tensor, "*shape"], tensor_min: Float[Tensor, "*shape"], tensor_max: Float[Tensor, "*shape"]) -> Float[Tensor, "*shape"]:
+    """Elementwise clip of ``x`` into ``[tensor_min, tensor_max]`` (bounds are tensors).
+
+        out = max(min(x, tensor_max), tensor_min)
+
+    PPO's value clipping uses it with bounds that differ per token: ``old_value ± c``.
+
+    Traps: apply *both* bounds; the inner one is the upper bound, the outer the lower; keep
+    the gradient (``torch.minimum``/``torch.maximum``, not a no-grad copy).
+    """
+    return torch.maximum(torch.minimum(x, tensor_max), tensor_min)
+
+
+# --------------------------------------------------------------------------------------
+# KL penalty and rewards
+# --------------------------------------------------------------------------------------
+
+
+@typechecked
+def kl_penalty(logprob: Float[Tensor, "*shape"], ref_logprob: Float[Tensor, "*shape"], kind: str = "kl") -> Float[Tensor, "..."]:
+    """Per-token estimate of KL(π ‖ π_ref) from log-probabilities (TRL's five kinds).
+
+    For ``kl``, ``abs``, ``mse`` and ``k3`` the inputs are the log-probs of the *sampled*
+    tokens, ``[batch, resp]``, and the output has the same shape. With ``d = logprob −
+    ref_logprob`` and ``r = ref_logprob − logprob = −d``:
+
+        kl   (k1):  d                 unbiased, but single samples can be negative
+        abs:        |d|
+        mse  (k2):  ½ d²
+        k3:         exp(r) − 1 − r    unbiased and never negative (Schulman's k3)
+        full:       Σ_v exp(logprob_v) · (logprob_v − ref_logprob_v)
+
+    For ``full`` the inputs are *full* log-prob tensors ``[..., vocab]`` (log_softmax of both
+    models' logits) and the exact KL of each position's next-token distributions is returned,
+    ``[...]``, summed over the vocabulary.
+
+    Why per token: the sequence KL of autoregressive models is the sum of per-token KLs along
+    the sampled path, so charging ``−β·kl_t`` at every token charges the whole sequence's KL.
+
+    Traps:
+    - Direction: KL(π ‖ π_ref) weighs by the *policy's* probabilities, ``d = π − ref`` in log
+      space. Flipping the sign rewards the policy for drifting away.
+    - ``mse`` has the factor ½.
+    - An unknown ``kind`` is a ``ValueError``, not a silent default.
+    """
+    if kind == "kl":
+        return logprob - ref_logprob
+    if kind == "abs":
+        return (logprob - ref_logprob).abs()
+    if kind == "mse":
+        return 0.5 * (logprob - ref_logprob) ** 2
+    if kind == "k3":
+        r = ref_logprob - logprob
+        return torch.expm1(r) - r
+    if kind == "full":
+        return (logprob.exp() * (logprob - ref_logprob)).sum(dim=-1)
+    raise ValueError(f"unknown KL penalty kind {kind!r}; expected one of kl, abs, mse, full, k3")
+
+
+@typechecked
+def compute_rewards(
+    scores: Float[Tensor, "batch"],
+    logprobs: Float[Tensor, "batch resp *vocab"],
+    ref_logprobs: Float[Tensor, "batch resp *vocab"],
+    masks: Float[Tensor, "batch resp"],
+    kl_coef: float,
+    kind: str = "kl",
+) -> tuple[Float[Tensor, "batch resp"], Float[Tensor, "batch resp"], Float[Tensor, "batch resp"]]:
+    """Per-token rewards: a KL penalty on every response token, the score on the last one.
+
+        kls               = kl_penalty(logprobs, ref_logprobs, kind) · mask
+        non_score_rewards = −kl_coef · kls
+        rewards           = non_score_rewards, plus scores[b] at the last real token of row b
+
+    Returns ``(rewards, non_score_rewards, kls)``, all ``[batch, resp]`` and 0 on padding.
+    ``logprobs``/``ref_logprobs`` are ``[batch, resp]`` (``[batch, resp, vocab]`` full
+    log-prob tensors when ``kind == "full"``).
+
+    Intuition: the reward model only judges the finished text, so the score arrives at the
+    end, like a game's win/lose signal; the KL term is a per-step tax for every token that
+    the policy finds likelier than the reference did. GAE then spreads the score back.
+
+    Traps:
+    - The *last real* token, found from the mask (responses have different lengths) — not
+      the last column, which is padding for every row but the longest.
+    - The penalty is *minus* kl_coef times the KL.
+    - Don't add the score into ``non_score_rewards`` by writing into a tensor they share
+      (``rewards = non_score_rewards; rewards[...] += ...`` aliases them): clone first.
+    - A row without any real token is an error (nowhere to put its score).
+    """
+    lengths = masks.sum(dim=1)
+    if (lengths < 1).any():
+        raise ValueError("every row needs at least one real response token (a mask row sums to 0)")
+    kls = kl_penalty(logprobs, ref_logprobs, kind) * masks
+    non_score_rewards = -kl_coef * kls
+    rewards = non_score_rewards.clone()
+    # Index of the last 1 in each mask row (works whatever the padding side).
+    positions = torch.arange(masks.shape[1], device=masks.device).expand_as(masks)
+    last = torch.where(masks > 0, positions, torch.full_like(positions, -1)).max(dim=1).values
+    rewards[torch.arange(len(scores), device=masks.device), last] += scores
+    return rewards, non_score_rewards, kls
+
+
+class FixedKLController:
+    """A constant KL coefficient β (``update`` does nothing)."""
+
+    def __init__(self, kl_coef: float):
+        self.value = float(kl_coef)
+
+    def update(self, current: float, n_steps: int) -> None:
+        pass
+
+
+class AdaptiveKLController:
+    """Adapts β so the measured KL tracks a target (Ziegler et al. 2019, as in TRL).
+
+    ``value`` holds the current coefficient β, starting at ``init_kl_coef``. After each PPO
+    step, ``update(current, n_steps)`` is called with the batch's mean per-sequence KL and
+    the number of samples in the batch.
+    """
+
+    def __init__(self, init_kl_coef: float, target: float, horizon: float):
+        if init_kl_coef < 0 or target <= 0 or horizon <= 0:
+            raise ValueError(f"need init_kl_coef >= 0, target > 0 and horizon > 0, got {init_kl_coef}, {target}, {horizon}")
+        self.value = float(init_kl_coef)
+        self.target = float(target)
+        self.horizon = float(horizon)
+
+    def update(self, current: float, n_steps: int) -> None:
+        """Proportional control of β towards the target KL:
+
+            e     = clip(current / target − 1, −0.2, 0.2)
+            value = value · (1 + e · n_steps / horizon)
+
+        KL above target → e > 0 → β grows (the leash tightens); below → β shrinks. The clip
+        bounds how fast β may move after one freak batch, and ``n_steps / horizon`` makes
+        the rate per *sample*, so the batch size does not change the schedule.
+
+        Traps: the error is relative (a ratio minus 1), not ``current − target``; the update
+        multiplies, it does not add; don't drop the clip or ``n_steps``.
+        """
+        error = float(np.clip(float(current) / self.target - 1.0, -0.2, 0.2))
+        self.value *= 1.0 + error * n_steps / self.horizon
+
+
+# --------------------------------------------------------------------------------------
+# Advantages and the PPO loss
+# --------------------------------------------------------------------------------------
+
+
+@typechecked
+def compute_advantages(
+    values: Float[Tensor, "batch resp"],
+    rewards: Float[Tensor, "batch resp"],
+    mask: Float[Tensor, "batch resp"],
+    gamma: float,
+    lam: float,
+) -> tuple[Float[Tensor, "batch resp"], Float[Tensor, "batch resp"], Float[Tensor, "batch resp"]]:
+    """GAE over the response tokens, masked; returns ``(values, advantages, returns)``.
+
+    Padding first becomes zero (``values ← values·mask``, ``rewards ← rewards·mask``), so the
+    step after the last real token has value 0 (the episode ends there). Then, from the last
+    column back to the first, with ``V_{T} = 0``:
+
+        δ_t = r_t + γ · V_{t+1} − V_t
+        A_t = δ_t + γ · λ · A_{t+1}
+
+    and ``returns = A + values`` (the critic's regression target), computed from the *raw*
+    advantages. Only then are the advantages whitened over the mask (``masked_whiten``) and
+    multiplied by the mask, so all three outputs are 0 on padding. No gradient flows out.
+
+    Intuition: the reward is almost all at the end (the score), so γ = 1 and λ ≈ 0.95 carry
+    it back along the sentence; the critic's V_t, trained on ``returns``, predicts at every
+    prefix how the review will be scored, which cuts the variance of the credit each token gets.
+
+    Traps:
+    - Whiten *after* computing the returns; whitened advantages + values is not a return.
+    - Mask values and rewards *before* the recursion: a padded column's value must not be
+      bootstrapped into the last real token.
+    - Whiten over the mask only (``masked_whiten``), not over the padding.
+    - γ·λ in the recursion, γ alone in δ.
+    """
+    if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
+        raise ValueError(f"gamma and lam must lie in [0, 1], got gamma={gamma}, lam={lam}")
+    with torch.no_grad():
+        values = values * mask
+        rewards = rewards * mask
+        resp_len = rewards.shape[1]
+        advantages = torch.zeros_like(rewards)
+        last_gae = torch.zeros_like(rewards[:, 0])
+        for t in reversed(range(resp_len)):
+            next_values = values[:, t + 1] if t + 1 < resp_len else torch.zeros_like(values[:, t])
+            delta = rewards[:, t] + gamma * next_values - values[:, t]
+            last_gae = delta + gamma * lam * last_gae
+            advantages[:, t] = last_gae
+        returns = advantages + values
+        advantages = masked_whiten(advantages, mask) * mask
+    return values, advantages, returns
+
+
+@typechecked
+def ppo_loss(
+    old_logprobs: Float[Tensor, "batch resp"],
+    values: Float[Tensor, "batch resp"],
+    logprobs: Float[Tensor, "batch resp"],
+    vpreds: Float[Tensor, "batch resp"],
+    mask: Float[Tensor, "batch resp"],
+    advantages: Float[Tensor, "batch resp"],
+    returns: Float[Tensor, "batch resp"],
+    cliprange: float,
+    cliprange_value: float,
+    vf_coef: float,
+) -> tuple[Float[Tensor, ""], Float[Tensor, ""], dict[str, Tensor]]:
+    """PPO's clipped policy loss and clipped value loss over response tokens, to **minimise**.
+
+    ``old_logprobs``/``values`` were recorded at rollout time; ``logprobs``/``vpreds`` come
+    from the model being trained, on the same tokens. Every mean is ``masked_mean(·, mask)``.
+
+        ratio   = exp(logprobs − old_logprobs)
+        pg_loss = mean( max(−A · ratio, −A · clip(ratio, 1 − ε, 1 + ε)) )
+        v_clip  = clip_by_value(vpreds, values − ε_v, values + ε_v)
+        vf_loss = ½ · mean( max((vpreds − R)², (v_clip − R)²) )
+
+    Returns ``(pg_loss, vf_coef · vf_loss, stats)``. The max of the two *losses* is the min of
+    the two objectives (Part 1's form, negated). ``stats`` maps TRL's names to detached
+    0-dim tensors:
+
+        loss/policy = pg_loss                  loss/value = vf_loss (before vf_coef)
+        loss/total  = pg_loss + vf_coef·vf_loss
+        policy/approxkl = ½ mean((logprobs − old_logprobs)²)
+        policy/policykl = mean(old_logprobs − logprobs)
+        policy/clipfrac = mean(1[−A·clip(ratio) > −A·ratio])   fraction of tokens clipped
+        policy/advantages_mean = mean(A)       policy/ratio = mean(ratio)
+        returns/mean, returns/var = masked mean and (unbiased) var of R
+        val/vpred = mean(vpreds)               val/error = mean((vpreds − R)²)
+        val/clipfrac = mean(1[(v_clip − R)² > (vpreds − R)²])
+        val/mean, val/var = masked mean and (unbiased) var of the rollout values
+
+    Traps:
+    - ``max`` of the losses (pessimistic), not ``min``.
+    - Clip the value prediction around the *rollout values*, not around the returns.
+    - Masked means everywhere: a plain ``.mean()`` averages in padding.
+    - The returned value loss includes ``vf_coef``; ``loss/value`` does not (TRL's quirk).
+    """
+    ratio = torch.exp(logprobs - old_logprobs)
+    pg_losses = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
+    pg_loss = masked_mean(torch.maximum(pg_losses, pg_losses2), mask)
+    pg_clipfrac = masked_mean((pg_losses2 > pg_losses).float(), mask)
+
+    vpred_clipped = clip_by_value(vpreds, values - cliprange_value, values + cliprange_value)
+    vf_losses1 = (vpreds - returns) ** 2
+    vf_losses2 = (vpred_clipped - returns) ** 2
+    vf_loss = 0.5 * masked_mean(torch.maximum(vf_losses1, vf_losses2), mask)
+    vf_clipfrac = masked_mean((vf_losses2 > vf_losses1).float(), mask)
+
+    stats = {
+        "loss/policy": pg_loss,
+        "loss/value": vf_loss,
+        "loss/total": pg_loss + vf_coef * vf_loss,
+        "policy/approxkl": 0.5 * masked_mean((logprobs - old_logprobs) ** 2, mask),
+        "policy/policykl": masked_mean(old_logprobs - logprobs, mask),
+        "policy/clipfrac": pg_clipfrac,
+        "policy/advantages_mean": masked_mean(advantages, mask),
+        "policy/ratio": masked_mean(ratio, mask),
+        "returns/mean": masked_mean(returns, mask),
+        "returns/var": masked_var(returns, mask),
+        "val/vpred": masked_mean(vpreds, mask),
+        "val/error": masked_mean((vpreds - returns) ** 2, mask),
+        "val/clipfrac": vf_clipfrac,
+        "val/mean": masked_mean(values, mask),
+        "val/var": masked_var(values, mask),
+    }
+    return pg_loss, vf_coef * vf_loss, {k: v.detach() for k, v in stats.items()}
+
+
+# --------------------------------------------------------------------------------------
+# Models: the policy with a value head, the frozen reference, the reward model
+# --------------------------------------------------------------------------------------
+
+
+class GPTWithValueHead(nn.Module):
+    """The policy *and* the critic: one GPT trunk, two heads.
+
+    The language-model head gives next-token logits; a linear value head on the same final
+    hidden state gives V(prefix) at every position. Sharing the trunk is cheap and lets the
+    critic use everything the language model knows about the text (TRL's
+    ``AutoModelForCausalLMWithValueHead``).
+    """
+
+    def __init__(self, lm: GPT):
+        """Keep ``lm`` as ``self.lm`` and add ``self.value_head = nn.Linear(d_model, 1)``.
+
+        Initialise the value head's weight *and* bias to zero: at the start every value is
+        exactly 0, so the first advantages are just the (whitened) rewards, instead of
+        rewards minus random noise from an untrained head.
+
+        Traps: call ``super().__init__()`` first; zero both weight and bias; the head reads
+        the hidden state (``d_model`` wide), not the logits (``vocab`` wide).
+        """
+        super().__init__()
+        self.lm = lm
+        self.value_head = nn.Linear(lm.config.d_model, 1)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(
+        self, input_ids: Int[Tensor, "batch seq"], attention_mask: Int[Tensor, "batch seq"] | None = None
+    ) -> tuple[Float[Tensor, "batch seq vocab"], Float[Tensor, "batch seq"]]:
+        """``(logits, values)``: the LM's logits and one value per position.
+
+        Use ``self.lm(input_ids, attention_mask, return_hidden=True)`` to get the logits and
+        the final hidden state; the value head maps each hidden vector to one number.
+
+        Traps:
+        - ``values`` is ``[batch, seq]``: squeeze the head's last dimension of size 1.
+        - Don't detach the hidden state: the value loss also trains the shared trunk
+          (that is what sharing means, and what TRL does).
+        """
+        logits, hidden = self.lm(input_ids, attention_mask, return_hidden=True)
+        values = self.value_head(hidden).squeeze(-1)
+        return logits, values
+
+
+@typechecked
+def create_reference_model(model: nn.Module) -> nn.Module:
+    """A frozen copy of ``model``: the reference the KL penalty measures distance to.
+
+    Return an independent deep copy (``copy.deepcopy``) with every parameter's
+    ``requires_grad`` set to False, in eval mode (dropout off). The reference must stay
+    exactly the pretrained model for the whole run: if it moves with the policy, the KL is
+    always ~0 and nothing stops reward hacking.
+
+    Traps:
+    - Returning ``model`` itself, or a copy that shares parameter tensors with it (a shallow
+      ``copy.copy``), makes the "reference" drift with every optimizer step.
+    - Forgetting ``requires_grad_(False)``: the copy is frozen only by convention, autograd
+      still tracks it, and one stray optimizer could train it.
+    - Leaving it in train mode: with dropout, its log-probs become random.
+    """
+    reference = copy.deepcopy(model)
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    return reference.eval()
+
+
+@typechecked
+def batched_forward_pass(
+    model: nn.Module,
+    queries: list[Int[Tensor, "_query"]],
+    responses: list[Int[Tensor, "_response"]],
+    *,
+    temperature: float = 1.0,
+    pad_id: int = 0,
+    return_logits: bool = False,
+) -> tuple[
+    Float[Tensor, "batch resp"],
+    Float[Tensor, "batch resp vocab"] | None,
+    Float[Tensor, "batch resp"],
+    Float[Tensor, "batch resp"],
+]:
+    """Score sampled responses with ``model`` (a :class:`GPTWithValueHead` or a copy of one).
+
+    Returns ``(logprobs, logits, values, masks)``, each row right-padded to the longest
+    response (``resp`` columns), with 0 at padding (``logits`` is None unless
+    ``return_logits``):
+
+    - ``logprobs[b, t]`` = log π(response_b[t] | query_b + response_b[:t]), from logits
+      divided by ``temperature``;
+    - ``logits[b, t]`` = those temperature-scaled logits, ``[batch, resp, vocab]``;
+    - ``values[b, t]`` = V(query_b + response_b[:t]), the value of the state *before* token t;
+    - ``masks[b, t]`` = 1.0 if ``t < len(response_b)``, else 0.0.
+
+    How: concatenate each query with its response, right-pad the rows with ``pad_id``
+    (``pad_batch(..., side="right")``), run the model once with the attention mask, and read
+    the output at position ``len(query_b) − 1 + t`` for response token t: the output at
+    position i predicts token i + 1.
+
+    Why the temperature: responses were *sampled* from ``softmax(logits / T)``. PPO's ratio
+    and the KL must use the probabilities the tokens were actually drawn with; skipping the
+    division silently trains (and penalises) a different policy than the one that sampled.
+
+    Invariance: the result on real tokens is the same whatever other rows share the batch,
+    and however much padding they force (the model takes positions from the attention mask).
+
+    Traps:
+    - Off by one: the log-prob of token i comes from position i − 1.
+    - The value of response token t is read at the same position as its log-prob (the state
+      before the token), not at the token's own position.
+    - Zero the padding in every output, so stats and losses can't pick it up.
+    - Don't wrap this in ``torch.no_grad()``: the PPO update calls it for gradients too.
+    """
+    if len(queries) != len(responses) or not queries:
+        raise ValueError(f"need as many queries as responses (at least one), got {len(queries)} and {len(responses)}")
+    if any(len(q) == 0 for q in queries) or any(len(r) == 0 for r in responses):
+        raise ValueError("every query and every response must hold at least one token")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    device = queries[0].device
+    input_ids, attention_mask = pad_batch([torch.cat([q, r]) for q, r in zip(queries, responses)],
+                                          side="right", pad_id=pad_id)
+    logits, values = model(input_ids.to(device), attention_mask.to(device))
+    logits = logits / temperature
+
+    query_lens = torch.tensor([len(q) for q in queries], device=device)
+    resp_lens = torch.tensor([len(r) for r in responses], device=device)
+    resp_len = int(resp_lens.max())
+    offsets = torch.arange(resp_len, device=device)
+    masks = (offsets[None, :] < resp_lens[:, None]).to(logits.dtype)
+    # Output position that predicts response token t; padded columns read any valid position.
+    index = (query_lens[:, None] - 1 + offsets[None, :]).clamp(max=input_ids.shape[1] - 1)
+    resp_logits = torch.gather(logits, 1, index[..., None].expand(-1, -1, logits.shape[-1]))
+    labels, _ = pad_batch(responses, side="right", pad_id=pad_id)
+    logprobs = logprobs_from_logits(resp_logits, labels.to(device)) * masks
+    resp_values = torch.gather(values, 1, index) * masks
+    resp_logits = resp_logits * masks[..., None] if return_logits else None
+    return logprobs, resp_logits, resp_values, masks
+
+
+@typechecked
+def preference_loss(
+    r_chosen: Float[Tensor, "batch"], r_rejected: Float[Tensor, "batch"], margin: Float[Tensor, "batch"] | None = None
+) -> Float[Tensor, ""]:
+    """Bradley–Terry loss of a reward model on preference pairs: ``mean(−log σ(r_w − r_l − m))``.
+
+    Bradley–Terry models P(chosen ≻ rejected) = σ(r_w − r_l); this is its negative
+    log-likelihood, averaged over pairs. The optional ``margin`` m (per pair) asks for a
+    gap of at least m before a pair stops pulling (Llama 2's reward models).
+
+    Traps:
+    - ``−log(sigmoid(x))`` overflows to ``inf`` for very negative x: use ``F.logsigmoid``.
+    - Chosen minus rejected, and the margin is *subtracted*.
+    - Mean over pairs, not sum.
+    """
+    diff = r_chosen - r_rejected
+    if margin is not None:
+        diff = diff - margin
+    return -F.logsigmoid(diff).mean()
+
+
+class RewardModel(nn.Module):
+    """A GPT trunk with a scalar head: reward(prompt + response) read at the last real token.
+
+    The last token is the only position whose hidden state has seen the whole text (the
+    attention is causal), so that is where the judgement of the whole review lives.
+    """
+
+    def __init__(self, lm: GPT):
+        super().__init__()
+        self.lm = lm
+        self.head = nn.Linear(lm.config.d_model, 1)
+        nn.init.normal_(self.head.weight, std=1.0 / (lm.config.d_model + 1) ** 0.5)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids: Int[Tensor, "batch seq"], attention_mask: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch"]:
+        """One reward per row: the head applied to the hidden state of the row's last real token.
+
+        ``self.lm(input_ids, attention_mask, return_hidden=True)`` gives the hidden states;
+        the last real token of row b is the last position where ``attention_mask[b]`` is 1
+        — rows may be padded on the right *or* the left.
+
+        Traps:
+        - The last column is padding for every row but the longest (right padding).
+        - ``attention_mask.sum(1) − 1`` is the last real index only for right padding.
+        - A mean over all positions mixes in padding and judges half-written text.
+        """
+        _, hidden = self.lm(input_ids, attention_mask, return_hidden=True)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        last = torch.where(attention_mask.bool(), positions, torch.full_like(positions, -1)).max(dim=1).values
+        if (last < 0).any():
+            raise ValueError("every row needs at least one real token (an attention_mask row is all 0)")
+        chosen = hidden[torch.arange(input_ids.shape[0], device=input_ids.device), last]
+        return self.head(chosen).squeeze(-1)
+
+
+# --------------------------------------------------------------------------------------
+# The PPO trainer
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class PPOConfig:
+    """Hyper-parameters of one PPO step (TRL's names where TRL has them)."""
+
+    learning_rate: float = 1e-4
+    """Adam learning rate for the policy and its value head."""
+    mini_batch_size: int = 16
+    """Samples per gradient step; a step's batch is cut into minibatches of this size."""
+    ppo_epochs: int = 4
+    """Passes over each batch of samples."""
+    gamma: float = 1.0
+    """Discount over response tokens (1: the score at the end counts fully for every token)."""
+    lam: float = 0.95
+    """GAE λ."""
+    cliprange: float = 0.2
+    """ε of the clipped policy ratio."""
+    cliprange_value: float = 0.2
+    """ε_v of the clipped value loss."""
+    vf_coef: float = 0.1
+    """Weight of the value loss."""
+    ent_coef: float = 0.0
+    """Weight of an entropy bonus (masked mean token entropy, subtracted from the loss)."""
+    init_kl_coef: float = 0.2
+    """β at the start (the KL coefficient)."""
+    adap_kl_ctrl: bool = True
+    """Adapt β towards `target` (AdaptiveKLController) instead of keeping it fixed."""
+    target: float = 6.0
+    """Target mean per-sequence KL for the adaptive controller."""
+    horizon: float = 10_000.0
+    """Samples over which the adaptive controller may move β by about ×e^0.2."""
+    kl_penalty: KLKind = "kl"
+    """Per-token KL estimator used in the rewards: kl, abs, mse, full or k3."""
+    temperature: float = 1.0
+    """Sampling temperature of the responses; logits are divided by it in every forward pass."""
+    max_grad_norm: float | None = 1.0
+    """Clip the gradient's global norm to this (None: no clipping)."""
+    seed: int = 0
+    """Seeds the minibatch order."""
+
+
+class PPOTrainer:
+    """One PPO step on a batch of (query, response, score) triples, TRL-style.
+
+    Generation and scoring happen outside (see ``workbook/rlhf/train.py``): the trainer gets
+    the token ids that were sampled and the score each text earned.
+    """
+
+    def __init__(self, config: PPOConfig, model: GPTWithValueHead, ref_model: nn.Module, pad_id: int):
+        self.config = config
+        self.model = model
+        self.ref_model = ref_model
+        self.pad_id = pad_id
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
+        if config.adap_kl_ctrl:
+            self.kl_ctl = AdaptiveKLController(config.init_kl_coef, config.target, config.horizon)
+        else:
+            self.kl_ctl = FixedKLController(config.init_kl_coef)
+        self.generator = torch.Generator().manual_seed(config.seed)
+
+    def _forward(self, model: nn.Module, queries: list[Tensor], responses: list[Tensor], return_logits: bool = False):
+        return batched_forward_pass(model, queries, responses, temperature=self.config.temperature,
+                                    pad_id=self.pad_id, return_logits=return_logits)
+
+    def step(self, queries: list[Tensor], responses: list[Tensor], scores: Float[Tensor, "batch"]) -> dict[str, float]:
+        """Run one PPO step and return its stats (floats, TRL's names).
+
+        1. **Rollout pass** (no gradient, dropout off: ``self.model.eval()``): log-probs, logits
+           and values of the policy, and log-probs (and logits) of ``self.ref_model``, all
+           with ``temperature=self.config.temperature`` (use ``self._forward``).
+        2. **Rewards**: ``compute_rewards(scores, …, kl_coef=self.kl_ctl.value, kind=…)``;
+           for ``kind="full"`` pass ``log_softmax`` of both models' logits instead.
+        3. **Advantages**: ``compute_advantages(values, rewards, masks, gamma, lam)``.
+        4. **PPO epochs**: ``ppo_epochs`` times, a permutation of the batch from
+           ``torch.randperm(batch, generator=self.generator)`` cut into chunks of
+           ``mini_batch_size``; for each chunk, a forward pass *with* gradient, then
+           ``ppo_loss`` on the chunk's rows (slice the rollout tensors to the chunk's
+           longest response: ``[:, :resp]``), the loss ``pg_loss + vf_loss −
+           ent_coef · masked_mean(entropy_from_logits(logits), mask)``, backward, gradient
+           clipping to ``max_grad_norm`` if set, and an optimizer step.
+        5. **KL control**: ``self.kl_ctl.update(mean_kl, batch)`` with ``mean_kl`` the
+           mean over the batch of each row's summed ``kls``.
+        6. **Stats**: ``objective/kl`` (that mean_kl), ``objective/kl_coef`` (β used in the
+           rewards), ``objective/entropy`` (masked mean token entropy of the rollout logits),
+           ``objective/logprobs`` and ``objective/ref_logprobs`` (mean per-sequence sums),
+           ``ppo/mean_scores``, ``ppo/std_scores``, ``ppo/mean_non_score_reward`` (mean
+           per-sequence sum), ``tokens/responses_len_mean``, and every ``ppo_loss`` stat
+           averaged over all minibatches as ``ppo/<name>`` (e.g. ``ppo/policy/clipfrac``).
+
+        The reference model only ever runs under ``torch.no_grad()`` and never reaches the
+        optimizer.
+
+        Traps:
+        - Temperature in *every* forward pass (rollout, reference and the PPO updates).
+        - The reference log-probs come from ``self.ref_model``, not from the policy.
+        - ``.eval()``: with dropout on, the "old" log-probs are noisy and the ratio is not 1
+          even before the first update.
+        - Forgetting ``self.kl_ctl.update``: β never adapts.
+        """
+        cfg = self.config
+        batch = len(queries)
+        if len(responses) != batch or scores.shape[0] != batch:
+            raise ValueError(f"queries, responses and scores must have the same length, got {batch}, {len(responses)}, {scores.shape[0]}")
+        full_kl = cfg.kl_penalty == "full"
+        self.model.eval()
+
+        # 1. Rollout pass: what the policy and the reference thought of the sampled tokens.
+        with torch.no_grad():
+            old_logprobs, logits, values, masks = self._forward(self.model, queries, responses, return_logits=True)
+            ref_logprobs, ref_logits, _, _ = self._forward(self.ref_model, queries, responses, return_logits=full_kl)
+            entropy = masked_mean(entropy_from_logits(logits), masks)
+
+        # 2-3. Per-token rewards, then advantages and returns.
+        kl_coef = self.kl_ctl.value
+        if full_kl:
+            lp, ref_lp = F.log_softmax(logits, dim=-1), F.log_softmax(ref_logits, dim=-1)
+        else:
+            lp, ref_lp = old_logprobs, ref_logprobs
+        rewards, non_score_rewards, kls = compute_rewards(scores, lp, ref_lp, masks, kl_coef, cfg.kl_penalty)
+        values, advantages, returns = compute_advantages(values, rewards, masks, cfg.gamma, cfg.lam)
+
+        # 4. PPO epochs over shuffled minibatches.
+        collected: dict[str, list[Tensor]] = {}
+        for _ in range(cfg.ppo_epochs):
+            order = torch.randperm(batch, generator=self.generator)
+            for idx in order.split(cfg.mini_batch_size):
+                mb_queries = [queries[i] for i in idx.tolist()]
+                mb_responses = [responses[i] for i in idx.tolist()]
+                new_logprobs, new_logits, vpreds, mb_masks = self._forward(self.model, mb_queries, mb_responses, return_logits=True)
+                width = mb_masks.shape[1]
+                pg_loss, vf_loss, stats = ppo_loss(
+                    old_logprobs[idx, :width], values[idx, :width], new_logprobs, vpreds, mb_masks,
+                    advantages[idx, :width], returns[idx, :width], cfg.cliprange, cfg.cliprange_value, cfg.vf_coef,
+                )
+                mb_entropy = masked_mean(entropy_from_logits(new_logits), mb_masks)
+                loss = pg_loss + vf_loss - cfg.ent_coef * mb_entropy
+                self.optimizer.zero_grad()
+                loss.backward()
+                if cfg.max_grad_norm is not None:
+                    nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                stats["policy/entropy"] = mb_entropy.detach()
+                for k, v in stats.items():
+                    collected.setdefault(k, []).append(v)
+
+        # 5. Adapt β to the KL this batch actually had.
+        mean_kl = kls.sum(dim=1).mean()
+        self.kl_ctl.update(mean_kl.item(), batch)
+
+        # 6. Stats.
+        out = {
+            "objective/kl": mean_kl.item(),
+            "objective/kl_coef": kl_coef,
+            "objective/entropy": entropy.item(),
+            "objective/logprobs": old_logprobs.sum(dim=1).mean().item(),
+            "objective/ref_logprobs": ref_logprobs.sum(dim=1).mean().item(),
+            "ppo/mean_scores": scores.mean().item(),
+            "ppo/std_scores": scores.std().item() if batch > 1 else 0.0,
+            "ppo/mean_non_score_reward": non_score_rewards.sum(dim=1).mean().item(),
+            "tokens/responses_len_mean": masks.sum(dim=1).mean().item(),
+        }
+        for k, v in collected.items():
+            out[f"ppo/{k}"] = torch.stack(v).mean().item()
+        return out

@@ -1,0 +1,668 @@
+"""Tests for Part 3 (exercises/part3_rlhf.py).
+
+Run: ``pytest tests/test_part3_rlhf.py`` (your code) or add ``--impl=solutions``.
+Every value is compared with the reference solution on seeded inputs; a wrong answer names
+the known mistake it looks like (workbook/mistakes/part3_rlhf.py). The models are tiny GPTs
+with fixed random weights (no pretraining), so the whole file runs in seconds.
+Tolerances: float32 results within rtol=1e-5, atol=1e-5 unless a test says otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workbook.checking import WrongAnswer, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
+from workbook.lm.model import GPT, GPTConfig
+
+PART = "part3_rlhf"
+POINTS = {
+    "logprobs_from_logits": 1,
+    "entropy_from_logits": 1,
+    "whiten": 1,
+    "masked_mean": 1,
+    "masked_var": 1,
+    "masked_whiten": 1,
+    "clip_by_value": 1,
+    "kl_penalty": 2,
+    "compute_rewards": 2,
+    "AdaptiveKLController": 1,
+    "compute_advantages": 3,
+    "ppo_loss": 3,
+    "GPTWithValueHead": 2,
+    "create_reference_model": 1,
+    "batched_forward_pass": 3,
+    "preference_loss": 1,
+    "RewardModel": 2,
+    "PPOTrainer": 3,
+}
+HYPOTHESIS = settings(max_examples=20, deadline=None, derandomize=True)
+VOCAB = 38
+
+
+def mistake(exercise: str, name: str) -> str:
+    return known_mistake(PART, exercise, name)
+
+
+def diagnose(exercise: str, got, *args, **kwargs) -> list[str]:
+    return matching_mistakes(PART, exercise, lambda fn: fn(*args, **kwargs), got, rtol=1e-5, atol=1e-5)
+
+
+def randn(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    return scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def ragged_mask(seed: int, batch: int = 5, resp: int = 7) -> torch.Tensor:
+    """Right-padded float mask: row lengths in [2, resp], at least one row full length."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, resp + 1, (batch,), generator=g)
+    lengths[int(torch.randint(batch, (1,), generator=g))] = resp
+    return (torch.arange(resp)[None] < lengths[:, None]).float()
+
+
+def tiny_lm(seed: int = 0, dropout: float = 0.0) -> GPT:
+    """A ~5k-parameter GPT with fixed random weights (scaled up so its outputs are not all alike)."""
+    torch.manual_seed(seed)
+    lm = GPT(GPTConfig(vocab_size=VOCAB, block_size=32, n_layer=1, n_head=2, d_model=16, dropout=dropout))
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.mul_(8.0) if p.dim() >= 2 else None
+    return lm.eval()
+
+
+def token_rows(seed: int, n: int, low: int, high: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(low, high + 1, (n,), generator=g)
+    return [torch.randint(3, VOCAB, (int(k),), generator=g) for k in lengths]
+
+
+# --- logprobs_from_logits and entropy_from_logits ---------------------------------------
+
+@pytest.mark.exercise("logprobs_from_logits")
+@pytest.mark.parametrize("seed,scale", [(0, 1.0), (1, 60.0)])
+def test_logprobs_from_logits_matches_reference(impl, ref, seed, scale):
+    logits = randn(seed, 3, 6, 11, scale=scale)
+    labels = torch.randint(0, 11, (3, 6), generator=torch.Generator().manual_seed(seed))
+    check_call(impl, ref, "logprobs_from_logits", logits, labels)
+
+
+@pytest.mark.exercise("logprobs_from_logits")
+@HYPOTHESIS
+@given(seed=st.integers(0, 10_000), vocab=st.integers(2, 20))
+def test_probabilities_of_all_labels_sum_to_one(impl, seed, vocab):
+    logits = randn(seed, 4, vocab, scale=3.0)
+    every = torch.stack([impl.logprobs_from_logits(logits, torch.full((4,), v)) for v in range(vocab)], dim=-1)
+    total = every.exp().sum(-1)
+    torch.testing.assert_close(total, torch.ones(4), rtol=1e-5, atol=1e-5, msg=lambda m: explain(
+        "logprobs_from_logits(logits, label) for every label", "exp(log-probs) over all labels must sum to 1\n  " + m,
+        diagnose("logprobs_from_logits", impl.logprobs_from_logits(logits, torch.zeros(4, dtype=torch.long)),
+                 logits, torch.zeros(4, dtype=torch.long))))
+
+
+@pytest.mark.exercise("entropy_from_logits")
+@pytest.mark.parametrize("seed,scale", [(0, 1.0), (1, 200.0)])
+def test_entropy_from_logits_matches_reference(impl, ref, seed, scale):
+    check_call(impl, ref, "entropy_from_logits", randn(seed, 3, 5, 9, scale=scale))
+
+
+@pytest.mark.exercise("entropy_from_logits")
+@HYPOTHESIS
+@given(vocab=st.integers(2, 50), shift=st.floats(-50, 50))
+def test_entropy_of_uniform_is_log_v_and_of_a_certainty_is_zero(impl, vocab, shift):
+    uniform = torch.full((2, vocab), shift)
+    certain = torch.zeros(2, vocab)
+    certain[:, 0] = 1000.0
+    got = impl.entropy_from_logits(torch.stack([uniform, certain]))
+    expected = torch.tensor([[math.log(vocab)] * 2, [0.0, 0.0]])
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4, msg=lambda m: explain(
+        f"entropy_from_logits(uniform over {vocab} / one logit 1000 above the rest)",
+        "expected log V for the uniform rows and 0 for the certain ones\n  " + m,
+        diagnose("entropy_from_logits", got, torch.stack([uniform, certain]))))
+
+
+# --- whiten, masked statistics, clip_by_value --------------------------------------------
+
+@pytest.mark.exercise("whiten")
+@pytest.mark.parametrize("shift_mean", [True, False])
+def test_whiten_matches_reference(impl, ref, shift_mean):
+    values = 3.0 + 2.0 * randn(0, 4, 6) + torch.arange(4.0)[:, None]
+    check_call(impl, ref, "whiten", values, shift_mean=shift_mean)
+
+
+@pytest.mark.exercise("whiten")
+@HYPOTHESIS
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 40))
+def test_whitened_values_have_mean_0_and_std_1(impl, seed, n):
+    values = 5.0 + 3.0 * randn(seed, n)
+    got = impl.whiten(values)
+    torch.testing.assert_close(torch.stack([got.mean(), got.std()]), torch.tensor([0.0, 1.0]), rtol=1e-4, atol=1e-4,
+                               msg=lambda m: explain(f"whiten(Tensor[{n}])", "mean must be 0 and (unbiased) std 1\n  " + m,
+                                                     diagnose("whiten", got, values)))
+
+
+@pytest.mark.exercise("masked_mean")
+@pytest.mark.parametrize("axis", [None, 1, 0])
+def test_masked_mean_matches_reference(impl, ref, axis):
+    check_call(impl, ref, "masked_mean", randn(0, 5, 7) + 2.0, ragged_mask(0), axis=axis)
+
+
+@pytest.mark.exercise("masked_mean")
+def test_masked_mean_ignores_padding_values(impl):
+    mask = ragged_mask(3)
+    values = randn(3, 5, 7)
+    garbage = values + 100.0 * (1 - mask)
+    got, again = impl.masked_mean(values, mask), impl.masked_mean(garbage, mask)
+    if not torch.allclose(got, again, atol=1e-5):
+        raise WrongAnswer(explain("masked_mean(values, mask) with different values at padding",
+                                  f"the result changed from {got.item():.5g} to {again.item():.5g}",
+                                  diagnose("masked_mean", again, garbage, mask)))
+
+
+@pytest.mark.exercise("masked_var")
+@pytest.mark.parametrize("unbiased", [True, False])
+def test_masked_var_matches_reference(impl, ref, unbiased):
+    check_call(impl, ref, "masked_var", 2.0 * randn(1, 5, 7) + 1.0, ragged_mask(1), unbiased=unbiased)
+
+
+@pytest.mark.exercise("masked_var")
+@pytest.mark.parametrize("count,unbiased", [(1, True), (0, True), (0, False)])
+def test_masked_var_rejects_a_mask_that_is_too_small(impl, count, unbiased):
+    mask = torch.zeros(3, 4)
+    mask.view(-1)[:count] = 1.0
+    call = f"masked_var(values, mask holding {count} element(s), unbiased={unbiased})"
+    try:
+        impl.masked_var(randn(0, 3, 4), mask, unbiased=unbiased)
+    except ValueError:
+        return
+    raise WrongAnswer(explain(call, "expected a ValueError", [mistake("masked_var", "no_error_on_tiny_mask")]))
+
+
+@pytest.mark.exercise("masked_whiten")
+@pytest.mark.parametrize("shift_mean", [True, False])
+def test_masked_whiten_matches_reference(impl, ref, shift_mean):
+    check_call(impl, ref, "masked_whiten", 3.0 * randn(2, 5, 7) + 1.5, ragged_mask(2), shift_mean=shift_mean)
+
+
+@pytest.mark.exercise("masked_whiten")
+@HYPOTHESIS
+@given(seed=st.integers(0, 10_000), shift_mean=st.booleans())
+def test_masked_whiten_equals_whiten_of_the_real_part(impl, ref, seed, shift_mean):
+    mask = ragged_mask(seed)
+    values = 2.0 * randn(seed, 5, 7) - 1.0 + 50.0 * (1 - mask)  # wild padding
+    got = impl.masked_whiten(values, mask, shift_mean=shift_mean)
+    expected = ref.whiten(values[mask.bool()], shift_mean=shift_mean)
+    torch.testing.assert_close(got[mask.bool()], expected, rtol=1e-5, atol=1e-5, msg=lambda m: explain(
+        "masked_whiten(values, mask)", "on the masked-in positions it must equal whiten(values[mask == 1])\n  " + m,
+        diagnose("masked_whiten", got, values, mask, shift_mean=shift_mean)))
+
+
+@pytest.mark.exercise("clip_by_value")
+def test_clip_by_value_matches_reference(impl, ref):
+    x, centre = 2.0 * randn(0, 4, 6), randn(1, 4, 6)
+    check_call(impl, ref, "clip_by_value", x, centre - 0.3, centre + 0.3)
+
+
+@pytest.mark.exercise("clip_by_value")
+def test_clip_by_value_keeps_the_gradient(impl):
+    x = randn(0, 4, 6).requires_grad_(True)
+    out = impl.clip_by_value(x, torch.full((4, 6), -0.5), torch.full((4, 6), 0.5))
+    if not out.requires_grad:
+        raise WrongAnswer(explain("clip_by_value(x requiring grad, ...)", "the output has no gradient",
+                                  [mistake("clip_by_value", "gradient_cut")]))
+    out.sum().backward()
+    inside = (x.detach().abs() < 0.5).float()
+    torch.testing.assert_close(x.grad, inside, msg=lambda m: "gradient must be 1 inside the bounds, 0 outside\n  " + m)
+
+
+# --- kl_penalty and compute_rewards --------------------------------------------------------
+
+def logprob_pair(seed: int, shape=(4, 6), spread: float = 0.5):
+    logprob = -torch.rand(*shape, generator=torch.Generator().manual_seed(seed)) * 3
+    return logprob, logprob + spread * randn(seed + 1, *shape)
+
+
+def full_logprob_pair(seed: int, shape=(4, 6, 9)):
+    return F.log_softmax(randn(seed, *shape, scale=2.0), -1), F.log_softmax(randn(seed + 1, *shape, scale=2.0), -1)
+
+
+@pytest.mark.exercise("kl_penalty")
+@pytest.mark.parametrize("kind", ["kl", "abs", "mse", "k3", "full"])
+def test_kl_penalty_matches_reference(impl, ref, kind):
+    logprob, ref_logprob = full_logprob_pair(0) if kind == "full" else logprob_pair(0)
+    check_call(impl, ref, "kl_penalty", logprob, ref_logprob, kind)
+
+
+@pytest.mark.exercise("kl_penalty")
+@pytest.mark.parametrize("kind", ["kl", "abs", "mse", "k3", "full"])
+def test_kl_of_identical_policies_is_zero(impl, kind):
+    logprob = full_logprob_pair(3)[0] if kind == "full" else logprob_pair(3)[0]
+    got = impl.kl_penalty(logprob, logprob.clone(), kind)
+    torch.testing.assert_close(got, torch.zeros_like(got), rtol=0, atol=1e-6, msg=lambda m: explain(
+        f"kl_penalty(x, x, {kind!r})", "the KL of a policy to itself must be 0\n  " + m))
+
+
+@pytest.mark.exercise("kl_penalty")
+@HYPOTHESIS
+@given(seed=st.integers(0, 10_000))
+def test_full_and_k3_kl_are_never_negative(impl, seed):
+    lp, ref_lp = full_logprob_pair(seed)
+    full = impl.kl_penalty(lp, ref_lp, "full")
+    k3 = impl.kl_penalty(*logprob_pair(seed, spread=2.0), "k3")
+    for kind, got in (("full", full), ("k3", k3)):
+        if got.min() < -1e-6:
+            raise WrongAnswer(explain(f"kl_penalty(..., {kind!r})", f"a KL estimate was negative ({got.min().item():.4g})"))
+
+
+@pytest.mark.exercise("kl_penalty")
+def test_full_kl_is_kl_of_the_policy_to_the_reference(impl):
+    lp, ref_lp = full_logprob_pair(5, shape=(3, 9))
+    expected = torch.distributions.kl_divergence(torch.distributions.Categorical(logits=lp),
+                                                 torch.distributions.Categorical(logits=ref_lp))
+    got = impl.kl_penalty(lp, ref_lp, "full")
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, msg=lambda m: explain(
+        "kl_penalty(logprob, ref_logprob, 'full')", "must equal KL(π ‖ π_ref) per position\n  " + m,
+        diagnose("kl_penalty", got, lp, ref_lp, "full")))
+
+
+@pytest.mark.exercise("kl_penalty")
+def test_kl_penalty_rejects_an_unknown_kind(impl):
+    try:
+        impl.kl_penalty(*logprob_pair(0), "reverse")
+    except ValueError:
+        return
+    raise WrongAnswer(explain("kl_penalty(..., kind='reverse')", "expected a ValueError",
+                              [mistake("kl_penalty", "unknown_kind_accepted")]))
+
+
+def reward_inputs(seed: int, batch: int = 5, resp: int = 7):
+    masks = ragged_mask(seed, batch, resp)
+    logprobs, ref_logprobs = logprob_pair(seed, (batch, resp))
+    return randn(seed + 2, batch), logprobs, ref_logprobs, masks  # values at padding are not zero
+
+
+@pytest.mark.exercise("compute_rewards")
+@pytest.mark.parametrize("seed,kl_coef,kind", [(0, 0.2, "kl"), (1, 0.05, "k3")])
+def test_compute_rewards_matches_reference(impl, ref, seed, kl_coef, kind):
+    check_call(impl, ref, "compute_rewards", *reward_inputs(seed), kl_coef, kind)
+
+
+@pytest.mark.exercise("compute_rewards")
+def test_compute_rewards_with_full_kl(impl, ref):
+    scores, _, _, masks = reward_inputs(4, resp=6)
+    lp, ref_lp = full_logprob_pair(4)
+    check_call(impl, ref, "compute_rewards", scores[:4], lp, ref_lp, masks[:4], 0.1, "full")
+
+
+@pytest.mark.exercise("compute_rewards")
+def test_identical_policies_get_only_the_score_on_the_last_real_token(impl):
+    # Rows of length 3, 1 and 4: the scores 0.5, -1, 2 belong at columns 2, 0 and 3.
+    masks = torch.tensor([[1.0, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
+    logprobs = -torch.rand(3, 4, generator=torch.Generator().manual_seed(0))
+    scores = torch.tensor([0.5, -1.0, 2.0])
+    args = (scores, logprobs, logprobs.clone(), masks, 0.3)
+    rewards, non_score, kls = impl.compute_rewards(*args)
+    expected = torch.tensor([[0.0, 0, 0.5, 0], [-1.0, 0, 0, 0], [0, 0, 0, 2.0]])
+    torch.testing.assert_close(rewards, expected, rtol=0, atol=1e-6, msg=lambda m: explain(
+        describe_call("compute_rewards", *args), "with zero KL the rewards are the scores at each row's last real token\n  " + m,
+        diagnose("compute_rewards", (rewards, non_score, kls), *args)))
+
+
+# --- AdaptiveKLController -----------------------------------------------------------------
+
+def kl_trajectory(cls, init=0.2, target=6.0, horizon=10_000.0):
+    ctl = cls(init, target, horizon)
+    values = []
+    for current, n_steps in [(6.0, 64), (12.0, 64), (30.0, 256), (4.5, 64), (0.5, 128), (5.9, 32)]:
+        ctl.update(current, n_steps)
+        values.append(ctl.value)
+    return torch.tensor(values, dtype=torch.float64)
+
+
+@pytest.mark.exercise("AdaptiveKLController")
+@pytest.mark.parametrize("init,target,horizon", [(0.2, 6.0, 10_000.0), (0.05, 2.0, 500.0)])
+def test_adaptive_kl_controller_matches_reference(impl, ref, init, target, horizon):
+    check_exercise(impl, ref, "AdaptiveKLController", lambda cls: kl_trajectory(cls, init, target, horizon),
+                   call=f"AdaptiveKLController({init}, {target}, {horizon}).update(current, n_steps) × 6 (β after each)",
+                   rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.exercise("AdaptiveKLController")
+def test_kl_coefficient_grows_when_kl_is_above_target(impl):
+    ctl = impl.AdaptiveKLController(0.1, 6.0, 1000.0)
+    ctl.update(600.0, 100)  # far above target: the step is capped at +20% · 100/1000
+    torch.testing.assert_close(torch.tensor(ctl.value, dtype=torch.float64), torch.tensor(0.1 * 1.02, dtype=torch.float64),
+                               msg=lambda m: explain("AdaptiveKLController(0.1, 6, 1000).update(600, 100)",
+                                                     "expected β = 0.1 · (1 + 0.2 · 100/1000) = 0.102\n  " + m,
+                                                     matching_mistakes(PART, "AdaptiveKLController",
+                                                                       lambda cls: kl_trajectory(cls), kl_trajectory(type(ctl)),
+                                                                       rtol=1e-9, atol=1e-12)))
+
+
+# --- compute_advantages ------------------------------------------------------------------
+
+def advantage_inputs(seed: int, batch: int = 5, resp: int = 7):
+    mask = ragged_mask(seed, batch, resp)
+    return randn(seed, batch, resp), 0.3 * randn(seed + 1, batch, resp), mask  # garbage at padding
+
+
+@pytest.mark.exercise("compute_advantages")
+@pytest.mark.parametrize("seed,gamma,lam", [(0, 1.0, 0.95), (1, 0.9, 0.8)])
+def test_compute_advantages_matches_reference(impl, ref, seed, gamma, lam):
+    check_call(impl, ref, "compute_advantages", *advantage_inputs(seed), gamma, lam)
+
+
+# A worked example (TRL's PPO internals on GPT-2/IMDB, one 9-token response, γ = 1, λ = 0.95).
+EXAMPLE_VALUES = [0.6227, 0.1640, 1.4412, 0.2018, -0.0613, 1.0342, 1.4121, 0.5708, 0.7421]
+EXAMPLE_REWARDS = [-0.0084, 0.0823, 0.1289, -0.1553, -0.1648, 0.0288, 0.0549, 0.0689, 1.1831]
+EXAMPLE_RAW_ADVANTAGES = [0.4185, 0.9322, -0.4498, 0.6954, 1.1724, 0.2545, -0.1602, 0.6591, 0.4410]
+EXAMPLE_RETURNS = [1.0412, 1.0962, 0.9914, 0.8972, 1.1112, 1.2887, 1.2519, 1.2299, 1.1831]
+
+
+@pytest.mark.exercise("compute_advantages")
+def test_compute_advantages_worked_example(impl):
+    # The same response twice, once with two padded columns of garbage: same numbers.
+    values = torch.tensor([EXAMPLE_VALUES + [5.0, -5.0], EXAMPLE_VALUES + [0.0, 0.0]])
+    rewards = torch.tensor([EXAMPLE_REWARDS + [3.0, 3.0], EXAMPLE_REWARDS + [0.0, 0.0]])
+    mask = torch.tensor([[1.0] * 9 + [0.0, 0.0]] * 2)
+    args = (values, rewards, mask, 1.0, 0.95)
+    got_values, advantages, returns = impl.compute_advantages(*args)
+    raw = torch.tensor(EXAMPLE_RAW_ADVANTAGES)
+    expected_adv = (raw - raw.repeat(2).mean()) / raw.repeat(2).std()
+    call = "compute_advantages(TRL's 9-token example twice, 2 padded columns, gamma=1, lam=0.95)"
+    for name, got, want in (("returns", returns[:, :9], torch.tensor([EXAMPLE_RETURNS] * 2)),
+                            ("whitened advantages", advantages[:, :9], expected_adv.repeat(2, 1)),
+                            ("anything at padding", torch.cat([got_values, advantages, returns])[:, 9:], torch.zeros(6, 2))):
+        torch.testing.assert_close(got, want, rtol=0, atol=2e-3, msg=lambda m: explain(
+            call, f"{name} differ from the worked example\n  " + m, diagnose("compute_advantages", (got_values, advantages, returns), *args)))
+
+
+@pytest.mark.exercise("compute_advantages")
+@HYPOTHESIS
+@given(seed=st.integers(0, 10_000))
+def test_advantages_ignore_what_is_in_the_padding(impl, seed):
+    values, rewards, mask = advantage_inputs(seed)
+    clean = impl.compute_advantages(values * mask, rewards * mask, mask, 1.0, 0.95)
+    noisy = impl.compute_advantages(values + 10 * (1 - mask), rewards - 10 * (1 - mask), mask, 1.0, 0.95)
+    for name, a, b in zip(("values", "advantages", "returns"), clean, noisy):
+        if not torch.allclose(a * mask, b * mask, atol=1e-5):
+            raise WrongAnswer(explain("compute_advantages(values, rewards, mask, 1.0, 0.95)",
+                                      f"the {name} of real tokens changed when only the padding changed",
+                                      diagnose("compute_advantages", noisy, values + 10 * (1 - mask), rewards - 10 * (1 - mask), mask, 1.0, 0.95)))
+
+
+@pytest.mark.exercise("compute_advantages")
+def test_compute_advantages_carries_no_gradient(impl):
+    values, rewards, mask = advantage_inputs(0)
+    out = impl.compute_advantages(values.requires_grad_(True), rewards, mask, 1.0, 0.95)
+    assert not any(t.requires_grad for t in out), "compute_advantages must not let gradients flow (use torch.no_grad())"
+
+
+# --- ppo_loss -----------------------------------------------------------------------------
+
+def ppo_inputs(seed: int, batch: int = 5, resp: int = 7):
+    mask = ragged_mask(seed, batch, resp)
+    old_logprobs = -torch.rand(batch, resp, generator=torch.Generator().manual_seed(seed)) * 3
+    logprobs = old_logprobs + 0.3 * randn(seed + 1, batch, resp)  # many ratios outside [0.8, 1.2]
+    values = randn(seed + 2, batch, resp)
+    vpreds = values + 0.4 * randn(seed + 3, batch, resp)
+    advantages = randn(seed + 4, batch, resp)
+    returns = values + randn(seed + 5, batch, resp)
+    return old_logprobs, values, logprobs, vpreds, mask, advantages, returns
+
+
+@pytest.mark.exercise("ppo_loss")
+@pytest.mark.parametrize("seed,cliprange,cliprange_value,vf_coef", [(0, 0.2, 0.2, 0.1), (1, 0.1, 0.5, 0.5)])
+def test_ppo_loss_matches_reference(impl, ref, seed, cliprange, cliprange_value, vf_coef):
+    check_call(impl, ref, "ppo_loss", *ppo_inputs(seed), cliprange, cliprange_value, vf_coef)
+
+
+@pytest.mark.exercise("ppo_loss")
+def test_ppo_loss_before_any_update_is_minus_the_mean_advantage(impl):
+    old_logprobs, values, _, _, mask, advantages, returns = ppo_inputs(2)
+    args = (old_logprobs, values, old_logprobs.clone(), values.clone(), mask, advantages, returns, 0.2, 0.2, 0.1)
+    pg_loss, vf_loss, stats = impl.ppo_loss(*args)
+    n = mask.sum()
+    expected = torch.stack([-(advantages * mask).sum() / n, 0.1 * 0.5 * ((values - returns) ** 2 * mask).sum() / n,
+                            stats["policy/clipfrac"] * 0, stats["val/clipfrac"] * 0])
+    got = torch.stack([pg_loss, vf_loss, stats["policy/clipfrac"], stats["val/clipfrac"]])
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, msg=lambda m: explain(
+        "ppo_loss(...) with logprobs == old_logprobs and vpreds == values",
+        "expected pg_loss = −masked_mean(A), vf_loss = vf_coef · ½ · masked_mean((V − R)²), no clipping\n  " + m,
+        diagnose("ppo_loss", (pg_loss, vf_loss, stats), *args)))
+
+
+@pytest.mark.exercise("ppo_loss")
+def test_ppo_loss_has_gradients_and_ignores_padding(impl):
+    old_logprobs, values, logprobs, vpreds, mask, advantages, returns = ppo_inputs(3)
+    args = [old_logprobs, values, logprobs.requires_grad_(True), vpreds.requires_grad_(True), mask, advantages, returns]
+    pg_loss, vf_loss, stats = impl.ppo_loss(*args, 0.2, 0.2, 0.1)
+    (pg_loss + vf_loss).backward()
+    assert logprobs.grad is not None and vpreds.grad is not None, "no gradient reached logprobs/vpreds"
+    pad = (1 - mask).bool()
+    if logprobs.grad[pad].abs().max() > 0 or vpreds.grad[pad].abs().max() > 0:
+        raise WrongAnswer(explain("ppo_loss(...)", "the loss depends on padding positions",
+                                  [mistake("ppo_loss", "unmasked_mean")]))
+
+
+# --- models: value head, reference, forward pass, reward model ------------------------------
+
+def batch_ids(seed: int = 0):
+    """Right- and left-padded versions of the same 4 rows, with their masks."""
+    from workbook.lm.tokenizer import pad_batch
+
+    rows = token_rows(seed, 4, 2, 9)
+    right = pad_batch(rows, side="right", pad_id=0)
+    left = pad_batch(rows, side="left", pad_id=0)
+    return rows, right, left
+
+
+def value_head_summary(cls):
+    lm = tiny_lm(0)
+    model = cls(lm)
+    _, (ids, mask), _ = batch_ids(0)
+    logits, values = model(ids, mask)
+    with torch.no_grad():
+        model.value_head.weight.normal_(generator=torch.Generator().manual_seed(1))
+    _, values_after = model(ids, mask)
+    (values_after * mask).sum().backward()
+    trunk_grad = sum(p.grad.abs().sum() for n, p in model.named_parameters() if n.startswith("lm.") and p.grad is not None)
+    return {"logits": logits.detach(), "values at init": values.detach(), "values with a random head": values_after.detach(),
+            "trunk gets gradient from values": bool(trunk_grad > 0), "is the lm kept as .lm": model.lm is lm}
+
+
+@pytest.mark.exercise("GPTWithValueHead")
+def test_value_head_model_matches_reference(impl, ref):
+    check_exercise(impl, ref, "GPTWithValueHead", value_head_summary,
+                   call="GPTWithValueHead(tiny GPT)(input_ids, attention_mask), then with a random head", atol=1e-5)
+
+
+@pytest.mark.exercise("GPTWithValueHead")
+def test_value_head_starts_at_zero(impl):
+    model = impl.GPTWithValueHead(tiny_lm(0))
+    _, (ids, mask), _ = batch_ids(1)
+    logits, values = model(ids, mask)
+    if values.shape != ids.shape:
+        raise WrongAnswer(explain("GPTWithValueHead(lm)(input_ids [4, T], mask)", f"values have shape {tuple(values.shape)}, expected {tuple(ids.shape)}",
+                                  [mistake("GPTWithValueHead", "values_not_squeezed")]))
+    if values.abs().max() > 0:
+        raise WrongAnswer(explain("GPTWithValueHead(lm)", "the values of a fresh model are not all 0",
+                                  [mistake("GPTWithValueHead", "value_head_not_zero_initialised")]))
+
+
+def reference_summary(create):
+    torch.manual_seed(0)
+    policy = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 2)).train()
+    before = [p.detach().clone() for p in policy.parameters()]
+    reference = create(policy)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(1.0)
+    return {
+        "is a different object": reference is not policy,
+        "shares no parameter tensor": not {p.data_ptr() for p in reference.parameters()} & {p.data_ptr() for p in policy.parameters()},
+        "keeps the policy's initial weights": all(torch.equal(a, b) for a, b in zip(reference.parameters(), before)),
+        "parameters frozen": all(not p.requires_grad for p in reference.parameters()),
+        "in eval mode": all(not m.training for m in reference.modules()),
+        "policy still trainable": all(p.requires_grad for p in policy.parameters()),
+        "policy still in train mode": policy.training,
+    }
+
+
+@pytest.mark.exercise("create_reference_model")
+def test_create_reference_model(impl, ref):
+    check_exercise(impl, ref, "create_reference_model", reference_summary,
+                   call="create_reference_model(policy), then the policy's weights are changed")
+
+
+def forward_inputs(seed: int = 0, n: int = 5):
+    return token_rows(seed, n, 1, 6), token_rows(seed + 1, n, 1, 9)
+
+
+@pytest.mark.exercise("batched_forward_pass")
+@pytest.mark.parametrize("temperature,return_logits", [(0.7, True), (1.0, False)])
+def test_batched_forward_pass_matches_reference(impl, ref, temperature, return_logits):
+    model = ref.GPTWithValueHead(tiny_lm(0))
+    with torch.no_grad():
+        model.value_head.weight.normal_(generator=torch.Generator().manual_seed(0))
+    queries, responses = forward_inputs(0)
+
+    def run(fn):
+        with torch.no_grad():
+            return fn(model, [q.clone() for q in queries], [r.clone() for r in responses],
+                      temperature=temperature, pad_id=0, return_logits=return_logits)
+
+    check_exercise(impl, ref, "batched_forward_pass", run,
+                   call=f"batched_forward_pass(tiny GPTWithValueHead, 5 queries, 5 responses, temperature={temperature}, "
+                        f"pad_id=0, return_logits={return_logits})")
+
+
+@pytest.mark.exercise("batched_forward_pass")
+def test_forward_pass_log_probs_are_the_models_own(impl, ref):
+    model = ref.GPTWithValueHead(tiny_lm(1))
+    query, response = torch.tensor([1, 5, 9]), torch.tensor([12, 7, 2])
+    with torch.no_grad():
+        out = impl.batched_forward_pass(model, [query], [response], temperature=0.5)
+        logits, _ = model(torch.cat([query, response])[None])
+        # Positions 2, 3, 4 predict tokens 3, 4, 5 (the response).
+        expected = F.log_softmax(logits[0, 2:5] / 0.5, -1).gather(-1, response[:, None]).squeeze(-1)
+    logprobs = out[0]
+    torch.testing.assert_close(logprobs[0], expected, msg=lambda m: explain(
+        "batched_forward_pass(model, [query of 3], [response of 3], temperature=0.5)",
+        "log-probs must be log softmax(logits / T) at the position *before* each response token\n  " + m,
+        diagnose("batched_forward_pass", out, model, [query], [response], temperature=0.5)))
+
+
+@pytest.mark.exercise("batched_forward_pass")
+@HYPOTHESIS
+@given(seed=st.integers(0, 10_000), split=st.integers(1, 5))
+def test_forward_pass_is_the_same_whatever_the_batch(impl, ref, seed, split):
+    model = ref.GPTWithValueHead(tiny_lm(2))
+    with torch.no_grad():
+        model.value_head.weight.normal_(generator=torch.Generator().manual_seed(seed))
+        queries, responses = forward_inputs(seed, 6)
+        together = impl.batched_forward_pass(model, queries, responses, temperature=0.8)
+        parts = [impl.batched_forward_pass(model, queries[i:i + split], responses[i:i + split], temperature=0.8)
+                 for i in range(0, 6, split)]
+    for name, k in (("logprobs", 0), ("values", 2), ("masks", 3)):
+        pieces = [p[k] for p in parts]
+        width = together[k].shape[1]
+        joined = torch.cat([F.pad(p, (0, width - p.shape[1])) for p in pieces])
+        if not torch.allclose(joined, together[k], atol=1e-5):
+            raise WrongAnswer(explain(f"batched_forward_pass on 6 rows at once vs in chunks of {split}",
+                                      f"the {name} differ (padding or other rows leak into a row's result)",
+                                      diagnose("batched_forward_pass", together, model, queries, responses, temperature=0.8)))
+
+
+def reward_model_summary(cls):
+    torch.manual_seed(3)
+    model = cls(tiny_lm(3))
+    rows, (right, right_mask), (left, left_mask) = batch_ids(2)
+    with torch.no_grad():
+        return {"right-padded": model(right, right_mask), "left-padded": model(left, left_mask),
+                "one row at a time": torch.cat([model(r[None], torch.ones(1, len(r), dtype=torch.long)) for r in rows])}
+
+
+@pytest.mark.exercise("RewardModel")
+def test_reward_model_reads_the_last_real_token(impl, ref):
+    check_exercise(impl, ref, "RewardModel", reward_model_summary,
+                   call="RewardModel(tiny GPT)(4 rows, right-padded / left-padded / one at a time)")
+
+
+@pytest.mark.exercise("RewardModel")
+def test_reward_is_the_same_whatever_the_padding(impl):
+    got = reward_model_summary(impl.RewardModel)
+    for name in ("right-padded", "left-padded"):
+        if not torch.allclose(got[name], got["one row at a time"], atol=1e-5):
+            raise WrongAnswer(explain("RewardModel(tiny GPT)(...)", f"{name} rewards differ from rewards of one row at a time",
+                                      matching_mistakes(PART, "RewardModel", reward_model_summary, got, rtol=1e-5, atol=1e-5)))
+
+
+# --- preference_loss ------------------------------------------------------------------------
+
+@pytest.mark.exercise("preference_loss")
+@pytest.mark.parametrize("with_margin", [False, True])
+def test_preference_loss_matches_reference(impl, ref, with_margin):
+    margin = torch.rand(6, generator=torch.Generator().manual_seed(2)) if with_margin else None
+    check_call(impl, ref, "preference_loss", randn(0, 6), randn(1, 6), margin)
+
+
+@pytest.mark.exercise("preference_loss")
+def test_preference_loss_is_stable_and_log2_at_a_tie(impl, ref):
+    check_call(impl, ref, "preference_loss", torch.tensor([-100.0, 3.0, 0.0]), torch.tensor([100.0, 3.0, 0.0]))
+    got = impl.preference_loss(torch.zeros(4), torch.zeros(4))
+    torch.testing.assert_close(got, torch.tensor(math.log(2)), msg=lambda m: "a tie must cost log 2\n  " + m)
+
+
+# --- PPOTrainer -----------------------------------------------------------------------------
+
+def trainer_run(cls, ref, *, seed: int = 0, steps: int = 2, global_seed: int | None = None):
+    """Build a tiny policy (dropout on in its config), train `steps` PPO steps on fixed data."""
+    policy = ref.GPTWithValueHead(tiny_lm(seed, dropout=0.2))
+    reference = ref.create_reference_model(policy)
+    config = ref.PPOConfig(learning_rate=3e-3, mini_batch_size=3, ppo_epochs=2, temperature=0.7, init_kl_coef=0.3,
+                           target=0.5, horizon=40.0, seed=seed)
+    trainer = cls(config, policy, reference, 0)
+    queries, responses = forward_inputs(seed + 10, 6)
+    scores = randn(seed + 20, 6)
+    if global_seed is not None:
+        torch.manual_seed(global_seed)
+    out = {}
+    for i in range(steps):
+        stats = trainer.step(queries, responses, scores)
+        out.update({f"step {i + 1}: {k}": v for k, v in stats.items()})
+    out["kl_coef after"] = trainer.kl_ctl.value
+    return out, trainer, reference, policy
+
+
+@pytest.mark.slow
+@pytest.mark.exercise("PPOTrainer")
+def test_trainer_step_matches_reference(impl, ref):
+    check_exercise(impl, ref, "PPOTrainer", lambda cls: trainer_run(cls, ref)[0],
+                   call="PPOTrainer(tiny policy, temperature=0.7, 6 samples, minibatches of 3, 2 epochs).step(...) × 2",
+                   rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.exercise("PPOTrainer")
+def test_trainer_step_does_not_depend_on_the_global_rng(impl, ref):
+    first, *_ = trainer_run(impl.PPOTrainer, ref, steps=1, global_seed=1)
+    second, *_ = trainer_run(impl.PPOTrainer, ref, steps=1, global_seed=2)
+    if any(abs(first[k] - second[k]) > 1e-6 for k in first):
+        raise WrongAnswer(explain("PPOTrainer.step(...) with torch.manual_seed(1), then with torch.manual_seed(2)",
+                                  "different stats: something random (dropout?) runs during the step",
+                                  [mistake("PPOTrainer", "dropout_left_on")]))
+
+
+@pytest.mark.exercise("PPOTrainer")
+def test_trainer_step_leaves_the_reference_alone(impl, ref):
+    _, _, reference, policy = trainer_run(impl.PPOTrainer, ref, steps=1)
+    fresh = ref.GPTWithValueHead(tiny_lm(0, dropout=0.2))
+    unchanged = all(torch.equal(a, b) for a, b in zip(reference.parameters(), fresh.parameters()))
+    no_grads = all(p.grad is None for p in reference.parameters())
+    moved = not all(torch.equal(a, b) for a, b in zip(policy.parameters(), fresh.parameters()))
+    assert unchanged and no_grads, "the reference model changed or received gradients during PPOTrainer.step"
+    assert moved, "the policy did not change during PPOTrainer.step"

@@ -1,0 +1,705 @@
+"""Known-wrong versions of the Part 3 exercises (see workbook/mistakes/__init__.py)."""
+
+from __future__ import annotations
+
+import copy
+from functools import partial
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from solutions import part3_rlhf as _ref
+from workbook.lm.tokenizer import pad_batch
+from workbook.mistakes import mistake
+
+part3 = partial(mistake, "part3_rlhf")
+
+
+# --- logprobs_from_logits -------------------------------------------------------------
+
+def _pick(table, labels):
+    return torch.gather(table, -1, labels.unsqueeze(-1)).squeeze(-1)
+
+
+@part3("logprobs_from_logits", "log_of_softmax",
+       "log(softmax(x)) was used instead of log_softmax(x): very unlikely tokens underflow to -inf")
+def logprobs_log_of_softmax(logits, labels):
+    return _pick(torch.log(F.softmax(logits, dim=-1)), labels)
+
+
+@part3("logprobs_from_logits", "raw_logits", "the raw logit of the label was returned, without normalising (log_softmax)")
+def logprobs_raw(logits, labels):
+    return _pick(logits, labels)
+
+
+@part3("logprobs_from_logits", "probabilities_not_logprobs", "probabilities (softmax) were returned instead of log-probabilities")
+def logprobs_probs(logits, labels):
+    return _pick(F.softmax(logits, dim=-1), labels)
+
+
+@part3("logprobs_from_logits", "normalised_over_wrong_axis", "the softmax was taken over the sequence axis instead of the vocabulary")
+def logprobs_wrong_axis(logits, labels):
+    return _pick(F.log_softmax(logits, dim=-2), labels)
+
+
+# --- entropy_from_logits --------------------------------------------------------------
+
+@part3("entropy_from_logits", "naive_p_log_p",
+       "−Σ p·log p was computed directly: 0 · log 0 gives NaN once a probability underflows")
+def entropy_naive(logits):
+    p = F.softmax(logits, dim=-1)
+    return -(p * torch.log(p)).sum(dim=-1)
+
+
+@part3("entropy_from_logits", "sign_flipped", "the entropy's sign was flipped (Σ p·log p instead of −Σ p·log p)")
+def entropy_negated(logits):
+    p = F.softmax(logits, dim=-1)
+    return -(torch.logsumexp(logits, dim=-1) - (p * logits).sum(dim=-1))
+
+
+@part3("entropy_from_logits", "bits_not_nats", "the entropy was computed in bits (log base 2) instead of nats")
+def entropy_bits(logits):
+    p = F.softmax(logits, dim=-1)
+    return -(p * F.log_softmax(logits, dim=-1) / np.log(2)).sum(dim=-1)
+
+
+@part3("entropy_from_logits", "logsumexp_forgotten", "the logsumexp term was left out (only −Σ p·x)")
+def entropy_no_lse(logits):
+    p = F.softmax(logits, dim=-1)
+    return -(p * logits).sum(dim=-1)
+
+
+# --- whiten ---------------------------------------------------------------------------
+
+@part3("whiten", "biased_variance", "the biased variance (unbiased=False) was used instead of torch.var's unbiased one")
+def whiten_biased(values, shift_mean=True):
+    mean, var = values.mean(), values.var(unbiased=False)
+    out = (values - mean) * torch.rsqrt(var + 1e-8)
+    return out if shift_mean else out + mean
+
+
+@part3("whiten", "per_row_statistics", "a mean and variance were taken per row instead of over the whole tensor")
+def whiten_per_row(values, shift_mean=True):
+    mean, var = values.mean(-1, keepdim=True), values.var(-1, keepdim=True)
+    out = (values - mean) * torch.rsqrt(var + 1e-8)
+    return out if shift_mean else out + mean
+
+
+@part3("whiten", "shift_mean_ignored", "shift_mean=False was ignored (the mean was not added back)")
+def whiten_ignores_flag(values, shift_mean=True):
+    return (values - values.mean()) * torch.rsqrt(values.var() + 1e-8)
+
+
+# --- masked_mean ----------------------------------------------------------------------
+
+@part3("masked_mean", "unmasked_mean", "a plain mean was taken, padding included")
+def masked_mean_plain(values, mask, axis=None):
+    return values.mean() if axis is None else values.mean(axis)
+
+
+@part3("masked_mean", "divides_by_numel", "the masked sum was divided by the number of elements, padding included")
+def masked_mean_numel(values, mask, axis=None):
+    if axis is None:
+        return (values * mask).sum() / mask.numel()
+    return (values * mask).sum(axis) / mask.shape[axis]
+
+
+@part3("masked_mean", "mean_of_row_means", "the per-row masked means were averaged (short rows weigh as much as long ones)")
+def masked_mean_of_rows(values, mask, axis=None):
+    if axis is None:
+        return ((values * mask).sum(-1) / mask.sum(-1)).mean()
+    return (values * mask).sum(axis) / mask.sum(axis)
+
+
+@part3("masked_mean", "axis_ignored", "the axis argument was ignored (always one number)")
+def masked_mean_no_axis(values, mask, axis=None):
+    return (values * mask).sum() / mask.sum()
+
+
+# --- masked_var -----------------------------------------------------------------------
+
+def _var(values, mask, unbiased, *, bessel_n=None, centre=None, check=True):
+    n = mask.sum()
+    if check and n < (2 if unbiased else 1):
+        raise ValueError("mask too small")
+    mean = (values * mask).sum() / n if centre is None else centre
+    var = ((values - mean) ** 2 * mask).sum() / n
+    if unbiased:
+        m = n if bessel_n is None else bessel_n
+        var = var * m / (m - 1)
+    return var
+
+
+@part3("masked_var", "unbiased_flag_inverted", "the unbiased flag was inverted (n − 1 used when unbiased=False and vice versa)")
+def masked_var_inverted(values, mask, unbiased=True):
+    return _var(values, mask, not unbiased)
+
+
+@part3("masked_var", "bessel_with_numel", "Bessel's correction used values.numel() instead of the number of masked-in elements")
+def masked_var_numel(values, mask, unbiased=True):
+    return _var(values, mask, unbiased, bessel_n=torch.tensor(float(mask.numel())))
+
+
+@part3("masked_var", "centred_on_unmasked_mean", "the values were centred on their plain mean (padding included) instead of the masked mean")
+def masked_var_plain_centre(values, mask, unbiased=True):
+    return _var(values, mask, unbiased, centre=values.mean())
+
+
+@part3("masked_var", "unmasked_variance", "the variance was taken over every element, padding included")
+def masked_var_plain(values, mask, unbiased=True):
+    if mask.sum() < (2 if unbiased else 1):
+        raise ValueError("mask too small")
+    return values.var(unbiased=unbiased)
+
+
+@part3("masked_var", "no_error_on_tiny_mask",
+       "a mask with fewer than 2 elements was accepted silently (the result is 0/0 or inf)")
+def masked_var_unchecked(values, mask, unbiased=True):
+    return _var(values, mask, unbiased, check=False)
+
+
+# --- masked_whiten --------------------------------------------------------------------
+
+@part3("masked_whiten", "whitened_over_padding", "the mean and variance were taken over the padding too (plain whiten)")
+def masked_whiten_plain(values, mask, shift_mean=True):
+    return _ref.whiten(values, shift_mean)
+
+
+@part3("masked_whiten", "biased_variance", "the biased masked variance was used instead of the unbiased one")
+def masked_whiten_biased(values, mask, shift_mean=True):
+    mean, var = _ref.masked_mean(values, mask), _ref.masked_var(values, mask, unbiased=False)
+    out = (values - mean) * torch.rsqrt(var + 1e-8)
+    return out if shift_mean else out + mean
+
+
+@part3("masked_whiten", "shift_mean_ignored", "shift_mean=False was ignored (the masked mean was not added back)")
+def masked_whiten_ignores_flag(values, mask, shift_mean=True):
+    return (values - _ref.masked_mean(values, mask)) * torch.rsqrt(_ref.masked_var(values, mask) + 1e-8)
+
+
+@part3("masked_whiten", "padding_zeroed", "the padding was set to 0 in the output (every position must be transformed)")
+def masked_whiten_zeroed(values, mask, shift_mean=True):
+    return _ref.masked_whiten(values, mask, shift_mean) * mask
+
+
+# --- clip_by_value --------------------------------------------------------------------
+
+@part3("clip_by_value", "bounds_swapped", "the bounds were swapped (min with the lower bound, max with the upper)")
+def clip_swapped(x, tensor_min, tensor_max):
+    return torch.maximum(torch.minimum(x, tensor_min), tensor_max)
+
+
+@part3("clip_by_value", "upper_bound_only", "only the upper bound was applied")
+def clip_upper(x, tensor_min, tensor_max):
+    return torch.minimum(x, tensor_max)
+
+
+@part3("clip_by_value", "lower_bound_only", "only the lower bound was applied")
+def clip_lower(x, tensor_min, tensor_max):
+    return torch.maximum(x, tensor_min)
+
+
+@part3("clip_by_value", "gradient_cut", "the result was computed without gradient (detached), so nothing can learn through it")
+def clip_detached(x, tensor_min, tensor_max):
+    return torch.maximum(torch.minimum(x.detach(), tensor_max), tensor_min).detach()
+
+
+# --- kl_penalty -----------------------------------------------------------------------
+
+def _kl(logprob, ref_logprob, kind, **override):
+    fn = override.get(kind)
+    return fn(logprob, ref_logprob) if fn is not None else _ref.kl_penalty(logprob, ref_logprob, kind)
+
+
+@part3("kl_penalty", "k1_sign_flipped", "the k1 KL was computed as ref_logprob − logprob (sign flipped)")
+def kl_flipped(logprob, ref_logprob, kind="kl"):
+    return _kl(logprob, ref_logprob, kind, kl=lambda lp, ref: ref - lp)
+
+
+@part3("kl_penalty", "mse_without_half", "the mse KL lacks its factor ½")
+def kl_mse_no_half(logprob, ref_logprob, kind="kl"):
+    return _kl(logprob, ref_logprob, kind, mse=lambda lp, ref: (lp - ref) ** 2)
+
+
+@part3("kl_penalty", "full_kl_reversed", "the full KL was computed the other way round, KL(π_ref ‖ π)")
+def kl_full_reversed(logprob, ref_logprob, kind="kl"):
+    return _kl(logprob, ref_logprob, kind, full=lambda lp, ref: (ref.exp() * (ref - lp)).sum(-1))
+
+
+@part3("kl_penalty", "k3_wrong_ratio", "k3 used r = logprob − ref_logprob instead of ref_logprob − logprob")
+def kl_k3_wrong(logprob, ref_logprob, kind="kl"):
+    return _kl(logprob, ref_logprob, kind, k3=lambda lp, ref: torch.expm1(lp - ref) - (lp - ref))
+
+
+@part3("kl_penalty", "unknown_kind_accepted", "an unknown kind silently fell back to k1 instead of raising ValueError")
+def kl_fallback(logprob, ref_logprob, kind="kl"):
+    if kind not in ("kl", "abs", "mse", "full", "k3"):
+        return logprob - ref_logprob
+    return _ref.kl_penalty(logprob, ref_logprob, kind)
+
+
+# --- compute_rewards ------------------------------------------------------------------
+
+def _rewards(scores, logprobs, ref_logprobs, masks, kl_coef, kind, *, sign=-1.0, where="last_real", clone=True, mask_kl=True):
+    kls = _ref.kl_penalty(logprobs, ref_logprobs, kind)
+    if mask_kl:
+        kls = kls * masks
+    non_score = sign * kl_coef * kls
+    rewards = non_score.clone() if clone else non_score
+    rows = torch.arange(len(scores))
+    if where == "last_real":
+        col = (masks.sum(1) - 1).long()
+    elif where == "last_column":
+        col = torch.full_like(rows, masks.shape[1] - 1)
+    else:
+        col = torch.zeros_like(rows)
+    rewards[rows, col] += scores
+    return rewards, non_score, kls
+
+
+@part3("compute_rewards", "score_on_last_column", "the score was added to the last column, ignoring the mask (padding for shorter rows)")
+def rewards_last_column(scores, logprobs, ref_logprobs, masks, kl_coef, kind="kl"):
+    return _rewards(scores, logprobs, ref_logprobs, masks, kl_coef, kind, where="last_column")
+
+
+@part3("compute_rewards", "score_on_first_token", "the score was added to the first response token instead of the last")
+def rewards_first_token(scores, logprobs, ref_logprobs, masks, kl_coef, kind="kl"):
+    return _rewards(scores, logprobs, ref_logprobs, masks, kl_coef, kind, where="first")
+
+
+@part3("compute_rewards", "kl_sign_flipped", "the KL term was added (+kl_coef·kl) instead of subtracted: drifting away is rewarded")
+def rewards_kl_bonus(scores, logprobs, ref_logprobs, masks, kl_coef, kind="kl"):
+    return _rewards(scores, logprobs, ref_logprobs, masks, kl_coef, kind, sign=1.0)
+
+
+@part3("compute_rewards", "non_score_rewards_aliased",
+       "the score was added into a tensor shared with non_score_rewards (no clone), so they hold the score too")
+def rewards_aliased(scores, logprobs, ref_logprobs, masks, kl_coef, kind="kl"):
+    return _rewards(scores, logprobs, ref_logprobs, masks, kl_coef, kind, clone=False)
+
+
+@part3("compute_rewards", "padding_not_masked", "the KL of padding positions was not masked out")
+def rewards_unmasked(scores, logprobs, ref_logprobs, masks, kl_coef, kind="kl"):
+    return _rewards(scores, logprobs, ref_logprobs, masks, kl_coef, kind, mask_kl=False)
+
+
+# --- AdaptiveKLController -------------------------------------------------------------
+
+@part3("AdaptiveKLController", "error_not_clipped", "the proportional error was not clipped to [−0.2, 0.2]")
+class KLNoClip(_ref.AdaptiveKLController):
+    def update(self, current, n_steps):
+        self.value *= 1 + (current / self.target - 1) * n_steps / self.horizon
+
+
+@part3("AdaptiveKLController", "additive_update", "β was updated additively (β += e·n/h) instead of multiplicatively")
+class KLAdditive(_ref.AdaptiveKLController):
+    def update(self, current, n_steps):
+        self.value += float(np.clip(current / self.target - 1, -0.2, 0.2)) * n_steps / self.horizon
+
+
+@part3("AdaptiveKLController", "absolute_error", "the error was current − target instead of current / target − 1")
+class KLAbsoluteError(_ref.AdaptiveKLController):
+    def update(self, current, n_steps):
+        self.value *= 1 + float(np.clip(current - self.target, -0.2, 0.2)) * n_steps / self.horizon
+
+
+@part3("AdaptiveKLController", "n_steps_ignored", "n_steps was ignored (β moves by e/horizon per batch, whatever its size)")
+class KLNoSteps(_ref.AdaptiveKLController):
+    def update(self, current, n_steps):
+        self.value *= 1 + float(np.clip(current / self.target - 1, -0.2, 0.2)) / self.horizon
+
+
+@part3("AdaptiveKLController", "sign_flipped", "β shrinks when the KL is above target (the error's sign was flipped)")
+class KLFlipped(_ref.AdaptiveKLController):
+    def update(self, current, n_steps):
+        self.value *= 1 - float(np.clip(current / self.target - 1, -0.2, 0.2)) * n_steps / self.horizon
+
+
+# --- compute_advantages ---------------------------------------------------------------
+
+def _advantages(values, rewards, mask, gamma, lam, *, mask_values=True, whiten_first=False, whiten_fn="masked",
+                decay=None, add_values=True):
+    with torch.no_grad():
+        if mask_values:
+            values = values * mask
+        rewards = rewards * mask
+        T = rewards.shape[1]
+        adv = torch.zeros_like(rewards)
+        running = torch.zeros_like(rewards[:, 0])
+        d = gamma * lam if decay is None else decay(gamma, lam)
+        for t in reversed(range(T)):
+            nxt = values[:, t + 1] if t + 1 < T else torch.zeros_like(values[:, t])
+            running = rewards[:, t] + gamma * nxt - values[:, t] + d * running
+            adv[:, t] = running
+        white = {"masked": lambda a: _ref.masked_whiten(a, mask), "plain": _ref.whiten, "none": lambda a: a}[whiten_fn]
+        if whiten_first:
+            adv = white(adv) * mask
+            returns = adv + values
+        else:
+            returns = adv + values if add_values else adv
+            adv = white(adv) * mask
+        return values, adv, returns
+
+
+@part3("compute_advantages", "whitened_before_returns", "the advantages were whitened before computing returns = advantages + values")
+def adv_whiten_first(values, rewards, mask, gamma, lam):
+    return _advantages(values, rewards, mask, gamma, lam, whiten_first=True)
+
+
+@part3("compute_advantages", "padding_values_bootstrapped",
+       "the values were not masked, so the value of a padded column is bootstrapped into the last real token")
+def adv_unmasked_values(values, rewards, mask, gamma, lam):
+    v, a, r = _advantages(values, rewards, mask, gamma, lam, mask_values=False)
+    return v * mask, a, r * mask
+
+
+@part3("compute_advantages", "whitened_over_padding", "the advantages were whitened over the padding too (whiten instead of masked_whiten)")
+def adv_plain_whiten(values, rewards, mask, gamma, lam):
+    return _advantages(values, rewards, mask, gamma, lam, whiten_fn="plain")
+
+
+@part3("compute_advantages", "gamma_instead_of_gamma_lambda", "γ was used where γ·λ belongs in the GAE recursion")
+def adv_gamma_only(values, rewards, mask, gamma, lam):
+    return _advantages(values, rewards, mask, gamma, lam, decay=lambda g, l: g)
+
+
+@part3("compute_advantages", "returns_without_values", "the returns were the advantages alone (values not added back)")
+def adv_returns_no_values(values, rewards, mask, gamma, lam):
+    return _advantages(values, rewards, mask, gamma, lam, add_values=False)
+
+
+@part3("compute_advantages", "not_whitened", "the advantages were not whitened")
+def adv_not_whitened(values, rewards, mask, gamma, lam):
+    return _advantages(values, rewards, mask, gamma, lam, whiten_fn="none")
+
+
+# --- ppo_loss -------------------------------------------------------------------------
+
+def _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef, *,
+         combine=torch.maximum, mean=None, v_centre="values", ratio_sign=1.0, coef_on_vf=True):
+    mean = mean or _ref.masked_mean
+    ratio = torch.exp(ratio_sign * (logprobs - old_logprobs))
+    pg1 = -advantages * ratio
+    pg2 = -advantages * torch.clamp(ratio, 1 - cliprange, 1 + cliprange)
+    pg_loss = mean(combine(pg1, pg2), mask)
+    centre = values if v_centre == "values" else returns
+    vclip = _ref.clip_by_value(vpreds, centre - cliprange_value, centre + cliprange_value)
+    v1, v2 = (vpreds - returns) ** 2, (vclip - returns) ** 2
+    vf_loss = 0.5 * mean(torch.maximum(v1, v2), mask)
+    stats = {
+        "loss/policy": pg_loss, "loss/value": vf_loss, "loss/total": pg_loss + vf_coef * vf_loss,
+        "policy/approxkl": 0.5 * mean((logprobs - old_logprobs) ** 2, mask),
+        "policy/policykl": mean(old_logprobs - logprobs, mask),
+        "policy/clipfrac": mean((pg2 > pg1).float(), mask),
+        "policy/advantages_mean": mean(advantages, mask), "policy/ratio": mean(ratio, mask),
+        "returns/mean": mean(returns, mask), "returns/var": _ref.masked_var(returns, mask),
+        "val/vpred": mean(vpreds, mask), "val/error": mean((vpreds - returns) ** 2, mask),
+        "val/clipfrac": mean((v2 > v1).float(), mask),
+        "val/mean": mean(values, mask), "val/var": _ref.masked_var(values, mask),
+    }
+    return pg_loss, (vf_coef if coef_on_vf else 1.0) * vf_loss, {k: v.detach() for k, v in stats.items()}
+
+
+@part3("ppo_loss", "min_instead_of_max", "min of the two policy losses was taken instead of max (an optimistic bound)")
+def ppo_min(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef):
+    return _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef,
+                combine=torch.minimum)
+
+
+@part3("ppo_loss", "unmasked_mean", "plain means were taken over all tokens, padding included")
+def ppo_unmasked(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef):
+    return _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef,
+                mean=lambda x, m: x.mean())
+
+
+@part3("ppo_loss", "value_clipped_around_returns", "the value prediction was clipped around the returns instead of the rollout values")
+def ppo_vclip_returns(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef):
+    return _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef,
+                v_centre="returns")
+
+
+@part3("ppo_loss", "inverse_ratio", "the ratio was inverted: exp(old − new) instead of exp(new − old)")
+def ppo_inverse_ratio(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef):
+    return _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef,
+                ratio_sign=-1.0)
+
+
+@part3("ppo_loss", "vf_coef_not_applied", "the returned value loss lacks vf_coef")
+def ppo_no_vf_coef(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef):
+    return _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef,
+                coef_on_vf=False)
+
+
+# --- GPTWithValueHead -----------------------------------------------------------------
+
+@part3("GPTWithValueHead", "value_head_not_zero_initialised", "the value head kept nn.Linear's random initialisation instead of zeros")
+class ValueHeadRandomInit(_ref.GPTWithValueHead):
+    def __init__(self, lm):
+        nn.Module.__init__(self)
+        self.lm = lm
+        self.value_head = nn.Linear(lm.config.d_model, 1)
+
+
+@part3("GPTWithValueHead", "hidden_state_detached", "the hidden state was detached before the value head, so the value loss cannot train the trunk")
+class ValueHeadDetached(_ref.GPTWithValueHead):
+    def forward(self, input_ids, attention_mask=None):
+        logits, hidden = self.lm(input_ids, attention_mask, return_hidden=True)
+        return logits, self.value_head(hidden.detach()).squeeze(-1)
+
+
+@part3("GPTWithValueHead", "value_head_on_logits", "the value head reads the logits (vocab wide) instead of the hidden state")
+class ValueHeadOnLogits(_ref.GPTWithValueHead):
+    def __init__(self, lm):
+        nn.Module.__init__(self)
+        self.lm = lm
+        self.value_head = nn.Linear(lm.config.vocab_size, 1)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids, attention_mask=None):
+        logits = self.lm(input_ids, attention_mask)
+        return logits, self.value_head(logits).squeeze(-1)
+
+
+@part3("GPTWithValueHead", "values_not_squeezed", "the values keep the head's trailing dimension of size 1 ([batch, seq, 1])")
+class ValueHeadUnsqueezed(_ref.GPTWithValueHead):
+    def forward(self, input_ids, attention_mask=None):
+        logits, hidden = self.lm(input_ids, attention_mask, return_hidden=True)
+        return logits, self.value_head(hidden)
+
+
+# --- create_reference_model -----------------------------------------------------------
+
+@part3("create_reference_model", "returns_the_policy_itself", "the policy itself was returned, so the reference moves with every update")
+def reference_is_policy(model):
+    return model
+
+
+@part3("create_reference_model", "shallow_copy_shares_parameters", "a shallow copy (copy.copy) was made: it shares the policy's parameters")
+def reference_shallow(model):
+    reference = copy.copy(model)
+    return reference.eval()
+
+
+@part3("create_reference_model", "left_trainable", "the copy's parameters still require grad")
+def reference_trainable(model):
+    return copy.deepcopy(model).eval()
+
+
+@part3("create_reference_model", "left_in_train_mode", "the copy was left in train mode (dropout makes its log-probs random)")
+def reference_train_mode(model):
+    reference = copy.deepcopy(model)
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    return reference
+
+
+@part3("create_reference_model", "froze_the_policy", "requires_grad was turned off on the policy before copying, freezing the policy too")
+def reference_froze_policy(model):
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return copy.deepcopy(model).eval()
+
+
+# --- batched_forward_pass -------------------------------------------------------------
+
+def _forward_pass(model, queries, responses, temperature, pad_id, return_logits, *, lp_shift=-1, v_shift=-1,
+                  use_temperature=True, zero_padding=True, left_pad_queries=False):
+    device = queries[0].device
+    if left_pad_queries:
+        q_ids, _ = pad_batch(queries, side="left", pad_id=pad_id)
+        r_ids, _ = pad_batch(responses, side="right", pad_id=pad_id)
+        input_ids = torch.cat([q_ids, r_ids], dim=1)
+        logits, values = model(input_ids)
+        query_lens = torch.full((len(queries),), q_ids.shape[1])
+    else:
+        input_ids, mask = pad_batch([torch.cat([q, r]) for q, r in zip(queries, responses)], side="right", pad_id=pad_id)
+        logits, values = model(input_ids, mask)
+        query_lens = torch.tensor([len(q) for q in queries])
+    if use_temperature:
+        logits = logits / temperature
+    resp_lens = torch.tensor([len(r) for r in responses])
+    R = int(resp_lens.max())
+    offsets = torch.arange(R)
+    masks = (offsets[None] < resp_lens[:, None]).to(logits.dtype)
+    T = input_ids.shape[1]
+    lp_index = (query_lens[:, None] + lp_shift + offsets[None]).clamp(max=T - 1)
+    v_index = (query_lens[:, None] + v_shift + offsets[None]).clamp(max=T - 1)
+    resp_logits = torch.gather(logits, 1, lp_index[..., None].expand(-1, -1, logits.shape[-1]))
+    labels, _ = pad_batch(responses, side="right", pad_id=pad_id)
+    logprobs = _ref.logprobs_from_logits(resp_logits, labels.to(device))
+    resp_values = torch.gather(values, 1, v_index)
+    if zero_padding:
+        logprobs, resp_values, resp_logits = logprobs * masks, resp_values * masks, resp_logits * masks[..., None]
+    return logprobs, (resp_logits if return_logits else None), resp_values, masks
+
+
+@part3("batched_forward_pass", "off_by_one", "the log-prob of token i was read from position i instead of i − 1 (the output at i predicts token i + 1)")
+def forward_off_by_one(model, queries, responses, *, temperature=1.0, pad_id=0, return_logits=False):
+    return _forward_pass(model, queries, responses, temperature, pad_id, return_logits, lp_shift=0, v_shift=0)
+
+
+@part3("batched_forward_pass", "temperature_ignored", "the logits were not divided by the sampling temperature")
+def forward_no_temperature(model, queries, responses, *, temperature=1.0, pad_id=0, return_logits=False):
+    return _forward_pass(model, queries, responses, temperature, pad_id, return_logits, use_temperature=False)
+
+
+@part3("batched_forward_pass", "value_at_token_position", "the value of token t was read at the token's own position instead of the state before it")
+def forward_value_shifted(model, queries, responses, *, temperature=1.0, pad_id=0, return_logits=False):
+    return _forward_pass(model, queries, responses, temperature, pad_id, return_logits, v_shift=0)
+
+
+@part3("batched_forward_pass", "padding_not_zeroed", "the outputs at padding positions were not zeroed")
+def forward_padding_kept(model, queries, responses, *, temperature=1.0, pad_id=0, return_logits=False):
+    return _forward_pass(model, queries, responses, temperature, pad_id, return_logits, zero_padding=False)
+
+
+@part3("batched_forward_pass", "left_padded_queries_without_mask",
+       "queries were left-padded and run without an attention mask, so padding shifts positions and is attended to")
+def forward_left_padded(model, queries, responses, *, temperature=1.0, pad_id=0, return_logits=False):
+    return _forward_pass(model, queries, responses, temperature, pad_id, return_logits, left_pad_queries=True)
+
+
+# --- preference_loss ------------------------------------------------------------------
+
+@part3("preference_loss", "log_of_sigmoid", "−log(sigmoid(x)) was used instead of −logsigmoid(x): it overflows to inf for large gaps")
+def pref_log_sigmoid(r_chosen, r_rejected, margin=None):
+    diff = r_chosen - r_rejected - (0 if margin is None else margin)
+    return -torch.log(torch.sigmoid(diff)).mean()
+
+
+@part3("preference_loss", "chosen_rejected_swapped", "rejected minus chosen was used (the model learns to prefer the rejected texts)")
+def pref_swapped(r_chosen, r_rejected, margin=None):
+    diff = r_rejected - r_chosen - (0 if margin is None else margin)
+    return -F.logsigmoid(diff).mean()
+
+
+@part3("preference_loss", "margin_added", "the margin was added instead of subtracted")
+def pref_margin_added(r_chosen, r_rejected, margin=None):
+    diff = r_chosen - r_rejected + (0 if margin is None else margin)
+    return -F.logsigmoid(diff).mean()
+
+
+@part3("preference_loss", "sum_instead_of_mean", "the loss was summed over pairs instead of averaged")
+def pref_sum(r_chosen, r_rejected, margin=None):
+    diff = r_chosen - r_rejected - (0 if margin is None else margin)
+    return -F.logsigmoid(diff).sum()
+
+
+# --- RewardModel ----------------------------------------------------------------------
+
+class _RewardReadout(_ref.RewardModel):
+    def _pool(self, hidden, attention_mask):
+        raise NotImplementedError
+
+    def forward(self, input_ids, attention_mask):
+        _, hidden = self.lm(input_ids, attention_mask, return_hidden=True)
+        return self.head(self._pool(hidden, attention_mask)).squeeze(-1)
+
+
+@part3("RewardModel", "last_column", "the reward was read at the last column, which is padding for every row but the longest")
+class RewardLastColumn(_RewardReadout):
+    def _pool(self, hidden, attention_mask):
+        return hidden[:, -1]
+
+
+@part3("RewardModel", "first_token", "the reward was read at the first token, which has seen nothing of the text")
+class RewardFirstToken(_RewardReadout):
+    def _pool(self, hidden, attention_mask):
+        return hidden[:, 0]
+
+
+@part3("RewardModel", "mean_pooled", "the hidden states of all positions were averaged (padding and half-written prefixes included)")
+class RewardMeanPooled(_RewardReadout):
+    def _pool(self, hidden, attention_mask):
+        return hidden.mean(dim=1)
+
+
+@part3("RewardModel", "mask_sum_minus_one", "attention_mask.sum(1) − 1 was used as the last index, which is wrong for left-padded rows")
+class RewardSumIndex(_RewardReadout):
+    def _pool(self, hidden, attention_mask):
+        return hidden[torch.arange(hidden.shape[0]), attention_mask.sum(1) - 1]
+
+
+# --- PPOTrainer -----------------------------------------------------------------------
+
+def _trainer_step(self, queries, responses, scores, *, use_temperature=True, ref_is_policy=False, update_kl=True,
+                  dropout_on=False, shuffle=True):
+    """PPOTrainer.step with switches; each mistake below flips one."""
+    cfg = self.config
+    batch = len(queries)
+    temperature = cfg.temperature if use_temperature else 1.0
+
+    def forward(model, q, r, return_logits=False):
+        return _ref.batched_forward_pass(model, q, r, temperature=temperature, pad_id=self.pad_id, return_logits=return_logits)
+
+    self.model.train(dropout_on)
+    with torch.no_grad():
+        old_logprobs, logits, values, masks = forward(self.model, queries, responses, True)
+        ref_logprobs, _, _, _ = forward(self.model if ref_is_policy else self.ref_model, queries, responses)
+        entropy = _ref.masked_mean(_ref.entropy_from_logits(logits), masks)
+    kl_coef = self.kl_ctl.value
+    rewards, non_score, kls = _ref.compute_rewards(scores, old_logprobs, ref_logprobs, masks, kl_coef, cfg.kl_penalty)
+    values, advantages, returns = _ref.compute_advantages(values, rewards, masks, cfg.gamma, cfg.lam)
+    collected = {}
+    for _ in range(cfg.ppo_epochs):
+        order = torch.randperm(batch, generator=self.generator) if shuffle else torch.arange(batch)
+        for idx in order.split(cfg.mini_batch_size):
+            mq, mr = [queries[i] for i in idx.tolist()], [responses[i] for i in idx.tolist()]
+            new_lp, new_logits, vpreds, mm = forward(self.model, mq, mr, True)
+            w = mm.shape[1]
+            pg, vf, stats = _ref.ppo_loss(old_logprobs[idx, :w], values[idx, :w], new_lp, vpreds, mm, advantages[idx, :w],
+                                          returns[idx, :w], cfg.cliprange, cfg.cliprange_value, cfg.vf_coef)
+            ent = _ref.masked_mean(_ref.entropy_from_logits(new_logits), mm)
+            loss = pg + vf - cfg.ent_coef * ent
+            self.optimizer.zero_grad()
+            loss.backward()
+            if cfg.max_grad_norm is not None:
+                nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            self.optimizer.step()
+            stats["policy/entropy"] = ent.detach()
+            for k, v in stats.items():
+                collected.setdefault(k, []).append(v)
+    mean_kl = kls.sum(1).mean()
+    if update_kl:
+        self.kl_ctl.update(mean_kl.item(), batch)
+    out = {
+        "objective/kl": mean_kl.item(), "objective/kl_coef": kl_coef, "objective/entropy": entropy.item(),
+        "objective/logprobs": old_logprobs.sum(1).mean().item(), "objective/ref_logprobs": ref_logprobs.sum(1).mean().item(),
+        "ppo/mean_scores": scores.mean().item(), "ppo/std_scores": scores.std().item() if batch > 1 else 0.0,
+        "ppo/mean_non_score_reward": non_score.sum(1).mean().item(), "tokens/responses_len_mean": masks.sum(1).mean().item(),
+    }
+    out.update({f"ppo/{k}": torch.stack(v).mean().item() for k, v in collected.items()})
+    return out
+
+
+@part3("PPOTrainer", "temperature_forgotten", "the forward passes forgot the sampling temperature (logits not divided by it)")
+class TrainerNoTemperature(_ref.PPOTrainer):
+    def step(self, queries, responses, scores):
+        return _trainer_step(self, queries, responses, scores, use_temperature=False)
+
+
+@part3("PPOTrainer", "reference_is_the_policy", "the reference log-probs were computed with the policy, so the KL is always 0")
+class TrainerRefIsPolicy(_ref.PPOTrainer):
+    def step(self, queries, responses, scores):
+        return _trainer_step(self, queries, responses, scores, ref_is_policy=True)
+
+
+@part3("PPOTrainer", "kl_controller_not_updated", "self.kl_ctl.update was never called, so β never adapts")
+class TrainerNoKLUpdate(_ref.PPOTrainer):
+    def step(self, queries, responses, scores):
+        return _trainer_step(self, queries, responses, scores, update_kl=False)
+
+
+@part3("PPOTrainer", "dropout_left_on", "the policy was left in train mode: dropout makes the log-probs random")
+class TrainerDropout(_ref.PPOTrainer):
+    def step(self, queries, responses, scores):
+        return _trainer_step(self, queries, responses, scores, dropout_on=True)
+
+
+@part3("PPOTrainer", "minibatches_not_shuffled", "the minibatches were taken in order instead of from a permutation drawn from self.generator")
+class TrainerNoShuffle(_ref.PPOTrainer):
+    def step(self, queries, responses, scores):
+        return _trainer_step(self, queries, responses, scores, shuffle=False)
