@@ -1,0 +1,69 @@
+"""Prompts in, (query ids, response ids, texts) out: the rollout half of an RLHF iteration."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+from torch import Tensor, nn
+
+from workbook.lm.corpus import review_prompts
+from workbook.lm.model import GPT
+from workbook.lm.tokenizer import CharTokenizer, pad_batch
+
+
+def load_part3(impl: str) -> ModuleType:
+    """``exercises.part3_rlhf`` or ``solutions.part3_rlhf``."""
+    if impl not in ("exercises", "solutions"):
+        raise ValueError(f"--impl must be 'exercises' or 'solutions', got {impl!r}")
+    return importlib.import_module(f"{impl}.part3_rlhf")
+
+
+def encode_queries(prompts: list[str], tok: CharTokenizer) -> list[Tensor]:
+    """Each prompt as a 1-D tensor: BOS + its characters (no EOS: the review goes on)."""
+    return [torch.tensor(tok.encode(p, add_bos=True), dtype=torch.long) for p in prompts]
+
+
+@dataclass
+class Rollout:
+    prompts: list[str]
+    queries: list[Tensor]
+    responses: list[Tensor]
+    texts: list[str]
+    """prompt + decoded response (specials dropped): what the reward sees."""
+    finished: list[bool]
+    """Whether the response ended with EOS (False: cut off at max_new_tokens)."""
+
+
+@torch.no_grad()
+def rollout(lm: GPT, tok: CharTokenizer, prompts: list[str], *, max_new_tokens: int, temperature: float,
+            generator: torch.Generator, chunk: int = 64) -> Rollout:
+    """Sample one response per prompt from ``lm`` (KV-cached, left-padded queries)."""
+    queries = encode_queries(prompts, tok)
+    responses: list[Tensor] = []
+    for i in range(0, len(queries), chunk):
+        ids, mask = pad_batch(queries[i:i + chunk], side="left", pad_id=tok.pad_id)
+        room = lm.config.block_size - ids.shape[1]
+        responses += lm.generate(ids, mask, max_new_tokens=min(max_new_tokens, room), eos_id=tok.eos_id,
+                                 pad_id=tok.pad_id, temperature=temperature, generator=generator)
+    texts = [p + tok.decode(r) for p, r in zip(prompts, responses)]
+    finished = [bool(r[-1] == tok.eos_id) for r in responses]
+    return Rollout(prompts, queries, responses, texts, finished)
+
+
+def prompt_batch(batch_size: int, seed: int, iteration: int) -> list[str]:
+    """The prompts of one iteration: fresh review openers, seeded per (seed, iteration)."""
+    return review_prompts(batch_size, seed=1_000_003 * (seed + 1) + iteration)
+
+
+def eval_prompts(n: int, seed: int = 12345) -> list[str]:
+    """A fixed set of held-out prompts for before/after comparisons."""
+    return review_prompts(n, seed=seed)
+
+
+def freeze(model: nn.Module) -> nn.Module:
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model.eval()
