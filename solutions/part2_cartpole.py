@@ -345,7 +345,8 @@ class PPOAgent:
 
 # --- the learning phase ---------------------------------------------------------------------
 
-@typechecked
+# Not @typechecked: beartype would insist on *this module's* ReplayMinibatch and PPOArgs classes,
+# and the tests run copies of this module side by side. Part 1's functions check the shapes.
 def compute_ppo_objective(actor: nn.Module, critic: nn.Module, minibatch: ReplayMinibatch, args: PPOArgs
                           ) -> Float[Tensor, ""]:
     """The PPO objective on one minibatch, to be maximised:

@@ -1,0 +1,233 @@
+"""Known-wrong versions of the Part 2 exercises (see workbook/mistakes/__init__.py)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions.categorical import Categorical
+
+from solutions.part1_ppo_core import calc_clipped_surrogate_objective, calc_entropy_bonus, calc_value_function_loss
+from solutions.part2_cartpole import PPOAgent as _ReferenceAgent
+from solutions.part2_cartpole import layer_init
+from workbook.mistakes import mistake
+
+part2 = partial(mistake, "part2_cartpole")
+
+
+# --- get_actor_and_critic ---------------------------------------------------------------
+
+def _mlp(num_obs, num_out, hidden_size, head_std, *, activation=nn.Tanh, init=True):
+    def linear(n_in, n_out, std=np.sqrt(2)):
+        layer = nn.Linear(n_in, n_out)
+        return layer_init(layer, std) if init else layer
+
+    return nn.Sequential(linear(num_obs, hidden_size), activation(), linear(hidden_size, hidden_size), activation(),
+                         linear(hidden_size, num_out, head_std))
+
+
+@part2("get_actor_and_critic", "actor_head_gain_sqrt2",
+       "the actor's head was initialised with gain √2 like the hidden layers, instead of 0.01")
+def networks_actor_head_sqrt2(num_obs, num_actions, hidden_size=64):
+    return _mlp(num_obs, num_actions, hidden_size, np.sqrt(2)), _mlp(num_obs, 1, hidden_size, 1.0)
+
+
+@part2("get_actor_and_critic", "head_gains_swapped",
+       "the two head gains were swapped (actor head 1, critic head 0.01)")
+def networks_heads_swapped(num_obs, num_actions, hidden_size=64):
+    return _mlp(num_obs, num_actions, hidden_size, 1.0), _mlp(num_obs, 1, hidden_size, 0.01)
+
+
+@part2("get_actor_and_critic", "relu_instead_of_tanh", "ReLU was used where Tanh belongs")
+def networks_relu(num_obs, num_actions, hidden_size=64):
+    return (_mlp(num_obs, num_actions, hidden_size, 0.01, activation=nn.ReLU),
+            _mlp(num_obs, 1, hidden_size, 1.0, activation=nn.ReLU))
+
+
+@part2("get_actor_and_critic", "pytorch_default_init",
+       "the layers kept PyTorch's default initialisation (layer_init was not applied)")
+def networks_default_init(num_obs, num_actions, hidden_size=64):
+    return (_mlp(num_obs, num_actions, hidden_size, 0.01, init=False), _mlp(num_obs, 1, hidden_size, 1.0, init=False))
+
+
+@part2("get_actor_and_critic", "shared_hidden_layers",
+       "the actor and the critic share their hidden layers (they should be two separate networks)")
+def networks_shared_body(num_obs, num_actions, hidden_size=64):
+    body = _mlp(num_obs, hidden_size, hidden_size, np.sqrt(2))[:4]
+    return (nn.Sequential(*body, layer_init(nn.Linear(hidden_size, num_actions), 0.01)),
+            nn.Sequential(*body, layer_init(nn.Linear(hidden_size, 1), 1.0)))
+
+
+# --- PPOAgent.play_step --------------------------------------------------------------------
+
+class _ConfigurableAgent(_ReferenceAgent):
+    """The reference play_step with switches, one per mistake below."""
+
+    store_next_obs = store_next_done = value_of_next_obs = no_inference = greedy = False
+    bootstrap_truncated = True
+    bootstrap_terminated = False
+
+    def play_step(self):
+        obs, dones = self.next_obs, self.next_done
+        context = torch.enable_grad() if self.no_inference else torch.inference_mode()
+        with context:
+            logits = self.actor(obs)
+            dist = Categorical(logits=logits)
+            actions = logits.argmax(-1) if self.greedy else dist.sample()
+            logprobs = dist.log_prob(actions)
+            values = self.critic(obs).squeeze(-1)
+        next_obs, rewards, terminated, truncated, infos = self.envs.step(actions.numpy())
+        next_obs = torch.as_tensor(next_obs, dtype=torch.float32)
+        rewards = torch.as_tensor(rewards, dtype=torch.float32)
+        terminated = torch.as_tensor(terminated, dtype=torch.bool)
+        truncated = torch.as_tensor(truncated, dtype=torch.bool)
+        bootstrap = torch.zeros_like(terminated)
+        if self.bootstrap_truncated:
+            bootstrap |= truncated & ~terminated
+        if self.bootstrap_terminated:
+            bootstrap |= terminated
+        if bootstrap.any():
+            with context:
+                rewards = rewards + bootstrap * self.gamma * self.critic(next_obs).squeeze(-1)
+        if self.value_of_next_obs:
+            with context:
+                values = self.critic(next_obs).squeeze(-1)
+        next_done = terminated | truncated
+        self.memory.add(next_obs if self.store_next_obs else obs, actions, logprobs, values, rewards,
+                        next_done if self.store_next_done else dones)
+        self.next_obs, self.next_done = next_obs, next_done
+        self.step += self.envs.num_envs
+        return infos
+
+
+@part2("PPOAgent", "stores_next_obs",
+       "the observation returned by the step (next_obs) was stored instead of the one the agent acted on")
+class AgentStoresNextObs(_ConfigurableAgent):
+    store_next_obs = True
+
+
+@part2("PPOAgent", "stores_next_done",
+       "the new done flag (next_done) was stored with the step, where the acted-on observation's flag belongs")
+class AgentStoresNextDone(_ConfigurableAgent):
+    store_next_done = True
+
+
+@part2("PPOAgent", "values_of_next_obs",
+       "the values were taken from the next observation instead of the one the agent acted on")
+class AgentValuesOfNextObs(_ConfigurableAgent):
+    value_of_next_obs = True
+
+
+@part2("PPOAgent", "no_inference_mode",
+       "the rollout ran with autograd on (no torch.inference_mode()), so stored values and log-probs carry graphs")
+class AgentWithoutInferenceMode(_ConfigurableAgent):
+    no_inference = True
+
+
+@part2("PPOAgent", "greedy_actions", "the actions were the argmax of the logits instead of samples from the policy")
+class AgentGreedy(_ConfigurableAgent):
+    greedy = True
+
+
+@part2("PPOAgent", "no_truncation_bootstrap",
+       "a time-limit truncation was treated like a termination (no γ·V(final observation) added to the reward)")
+class AgentNoTruncationBootstrap(_ConfigurableAgent):
+    bootstrap_truncated = False
+
+
+@part2("PPOAgent", "bootstraps_terminations",
+       "terminated episodes were bootstrapped too (γ·V(final observation) added where the episode really ended)")
+class AgentBootstrapsTerminations(_ConfigurableAgent):
+    bootstrap_terminated = True
+
+
+# --- compute_ppo_objective -------------------------------------------------------------------
+
+def _objective(actor, critic, minibatch, args, *, value_sign=-1.0, entropy_sign=1.0, old_values=False,
+               returns_as_advantages=False):
+    dist = Categorical(logits=actor(minibatch.obs))
+    values = minibatch.values if old_values else critic(minibatch.obs).squeeze(-1)
+    advantages = minibatch.returns if returns_as_advantages else minibatch.advantages
+    return (calc_clipped_surrogate_objective(dist, minibatch.actions, advantages, minibatch.logprobs, args.clip_coef)
+            + value_sign * calc_value_function_loss(values, minibatch.returns, args.vf_coef)
+            + entropy_sign * calc_entropy_bonus(dist, args.ent_coef))
+
+
+@part2("compute_ppo_objective", "value_loss_added",
+       "the value loss was added to the objective (it must be subtracted: we maximise)")
+def objective_value_loss_added(actor, critic, minibatch, args):
+    return _objective(actor, critic, minibatch, args, value_sign=1.0)
+
+
+@part2("compute_ppo_objective", "entropy_subtracted", "the entropy bonus was subtracted instead of added")
+def objective_entropy_subtracted(actor, critic, minibatch, args):
+    return _objective(actor, critic, minibatch, args, entropy_sign=-1.0)
+
+
+@part2("compute_ppo_objective", "old_values_in_value_loss",
+       "the value loss used the rollout's values (minibatch.values) instead of the critic's fresh output")
+def objective_old_values(actor, critic, minibatch, args):
+    return _objective(actor, critic, minibatch, args, old_values=True)
+
+
+@part2("compute_ppo_objective", "returns_as_advantages",
+       "the returns were passed to the surrogate where the advantages belong")
+def objective_returns_as_advantages(actor, critic, minibatch, args):
+    return _objective(actor, critic, minibatch, args, returns_as_advantages=True)
+
+
+# --- learning_phase ---------------------------------------------------------------------------
+
+def _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, *, zero_grad=True, clip="before",
+                    clip_params="all", scheduler_per_minibatch=False, scheduler_step=True):
+    parameters = [*actor.parameters(), *critic.parameters()] if clip_params == "all" else list(actor.parameters())
+    for minibatch in minibatches:
+        if zero_grad:
+            optimizer.zero_grad()
+        objective = _objective(actor, critic, minibatch, args)  # untyped: minibatch may come from a module copy
+        objective.backward()
+        if clip == "before":
+            nn.utils.clip_grad_norm_(parameters, args.max_grad_norm)
+        optimizer.step()
+        if clip == "after":
+            nn.utils.clip_grad_norm_(parameters, args.max_grad_norm)
+        if scheduler_per_minibatch:
+            scheduler.step()
+    if scheduler_step and not scheduler_per_minibatch:
+        scheduler.step()
+
+
+@part2("learning_phase", "no_zero_grad",
+       "the gradients were never zeroed, so each step used the sum of all previous minibatches' gradients")
+def learning_phase_no_zero_grad(actor, critic, minibatches, optimizer, scheduler, args):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, zero_grad=False)
+
+
+@part2("learning_phase", "no_gradient_clipping", "the gradient norm was not clipped to max_grad_norm")
+def learning_phase_no_clipping(actor, critic, minibatches, optimizer, scheduler, args):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, clip=None)
+
+
+@part2("learning_phase", "clipped_after_optimizer_step",
+       "the gradient norm was clipped after optimizer.step(), when it no longer changes the update")
+def learning_phase_clip_after_step(actor, critic, minibatches, optimizer, scheduler, args):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, clip="after")
+
+
+@part2("learning_phase", "clipped_actor_only",
+       "only the actor's gradients were clipped (clip the global norm over actor and critic together)")
+def learning_phase_clip_actor_only(actor, critic, minibatches, optimizer, scheduler, args):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, clip_params="actor")
+
+
+@part2("learning_phase", "scheduler_stepped_per_minibatch",
+       "the scheduler was stepped once per minibatch instead of once per learning phase")
+def learning_phase_scheduler_per_minibatch(actor, critic, minibatches, optimizer, scheduler, args):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, scheduler_per_minibatch=True)
+
+
+@part2("learning_phase", "scheduler_never_stepped", "the scheduler was never stepped (the learning rate never decays)")
+def learning_phase_no_scheduler(actor, critic, minibatches, optimizer, scheduler, args):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, scheduler_step=False)
