@@ -214,7 +214,7 @@ def test_math_avoids_constructs_github_misrenders():
 
 # --- worked example (a): GAE --------------------------------------------------------------
 
-GAE_ROWS = ("reward", "value", "TD error", "advantage", "return")
+GAE_ROWS = ("reward", "value", "TD error", "advantage", "return", "whitened")
 
 
 def gae_table() -> dict[str, list[str]]:
@@ -232,6 +232,7 @@ def gae_table() -> dict[str, list[str]]:
 
 def test_worked_example_gae_matches_reference():
     part1 = importlib.import_module("solutions.part1_ppo_core")
+    part3 = importlib.import_module("solutions.part3_rlhf")
     table = gae_table()
     assert len(table["reward"]) == 9, "the GAE example is a 9-token response"
     rewards = torch.tensor([number(c) for c in table["reward"]])[:, None]
@@ -241,7 +242,12 @@ def test_worked_example_gae_matches_reference():
     deltas = part1.compute_advantages(**kwargs, gae_lambda=0.0)[:, 0]
     advantages = part1.compute_advantages(**kwargs, gae_lambda=0.95)[:, 0]
     returns = advantages + values[:, 0]
-    for label, computed in (("TD error", deltas), ("advantage", advantages), ("return", returns)):
+    # Part 3's TRL-style GAE on the same response: same returns, then whitened advantages.
+    _, whitened, returns3 = part3.compute_advantages(values.T, rewards.T, torch.ones(1, 9), 1.0, 0.95)
+    torch.testing.assert_close(returns3[0], returns, rtol=1e-5, atol=1e-5,
+                               msg="Part 1's and Part 3's GAE disagree on the worked example's returns")
+    for label, computed in (("TD error", deltas), ("advantage", advantages), ("return", returns),
+                            ("whitened", whitened[0])):
         for t, (cell, value) in enumerate(zip(table[label], computed.tolist())):
             assert_printed(cell, value, f"the {label} at t={t} (γ=1, λ=0.95)")
     assert "0.75 at $t = 0$" in doc() and abs(rewards.sum().item() - 0.75) < 1e-6
@@ -317,6 +323,43 @@ def test_worked_example_clipped_surrogate_matches_reference():
     assert match, "the clipped-surrogate example lost its 'objective = mean of the term column = ...' line"
     assert_printed(match.group(1), objective.item(), "the minibatch objective")
 
+    # Part 3's TRL-style loss on the same tokens: the negated objective, and the binding-clip fraction.
+    part3 = importlib.import_module("solutions.part3_rlhf")
+    old = torch.zeros(1, n)
+    zeros, mask = torch.zeros(1, n), torch.ones(1, n)
+    pg_loss, _, stats = part3.ppo_loss(old, zeros, old + torch.log(ratios)[None], zeros, mask, advantages[None],
+                                       zeros, EPS, EPS, 0.1)
+    for name, value in (("pg_loss", pg_loss), ("policy/clipfrac", stats["policy/clipfrac"])):
+        match = re.search(re.escape(name) + r" = (\S+?),?\s", doc())
+        assert match, f"the clipped-surrogate example lost its '{name} = ...' statement"
+        assert_printed(match.group(1), value.item(), f"Part 3's {name} on the example")
+    assert abs(pg_loss.item() + objective.item()) < 1e-6
+
     outside = int(((ratios - 1).abs() > EPS).sum())
     match = re.search(r"\((\d+) of (\d+) above\)", doc())
     assert match and (int(match.group(1)), int(match.group(2))) == (outside, n), "the clip fraction quoted for the example is wrong"
+
+
+# --- worked example (c): KL estimators ------------------------------------------------------
+
+def test_worked_example_kl_estimators_match_reference():
+    part3 = importlib.import_module("solutions.part3_rlhf")
+    rows = table_after("kl")
+    header, body = rows[0], rows[1:]
+    kinds = [re.search(r"`(\w+)`", cell).group(1) for cell in header[3:]]
+    assert kinds == ["kl", "abs", "mse", "k3"], f"KL table columns changed: {kinds}"
+    tokens, expectation = body[:-1], body[-1]
+    assert expectation[0].startswith("expectation")
+    policy = torch.tensor([number(row[1]) for row in tokens], dtype=torch.float64)
+    reference = torch.tensor([number(row[2]) for row in tokens], dtype=torch.float64)
+    assert abs(policy.sum().item() - 1) < 1e-9 and abs(reference.sum().item() - 1) < 1e-9
+    logp, ref_logp = policy.log(), reference.log()
+    for column, kind in enumerate(kinds, start=3):
+        per_token = part3.kl_penalty(logp, ref_logp, kind)
+        for row, value in zip(tokens, per_token.tolist()):
+            assert_printed(row[column], value, f"kind={kind!r} for token {row[0]}")
+        assert_printed(expectation[column], (policy * per_token).sum().item(), f"the expectation of kind={kind!r}")
+    exact = part3.kl_penalty(logp[None], ref_logp[None], "full").item()
+    match = re.search(r"full KL = (\S+?)\.?\s", doc())
+    assert match, "the KL example lost its 'full KL = ...' sentence"
+    assert_printed(match.group(1), exact, "the full KL")
