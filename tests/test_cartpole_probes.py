@@ -54,8 +54,8 @@ def test_probe2_reward_equals_observation(impl):
 def test_probe3_delayed_reward_is_discounted(impl):
     values, _ = train_on_probe(impl, 3)
     check(values, {0: GAMMA, 1: 1.0}, "V(s) one step before (γ) and at the rewarding step (1)",
-          "discounting and bootstrapping: GAE, which step's done flag is stored (done, not next_done), and "
-          "that the values stored are those of the observation acted on.", tolerance=0.05)
+          "discounting and bootstrapping across steps: GAE, and which step's done flag is stored (done, not "
+          "next_done), and that each step is stored with the observation it acted on.", tolerance=0.05)
 
 
 def test_probe4_reward_depends_on_action(impl):

@@ -10,7 +10,7 @@ Each seed writes ``runs/<run-name>/``:
   agent.pt             the final actor and critic (state dicts) and the PPOArgs
   wandb/               the wandb run — offline unless you ask for ``--wandb online``
                        (upload later with ``wandb sync runs/<run-name>/wandb/offline-run-*``)
-  video/               with ``--video``: one greedy episode as MP4 (needs ``pip install moviepy``)
+  video/               with ``--video``: one greedy episode as MP4 (needs ``pip install moviepy pygame``)
 and ends with a greedy evaluation over 20 episodes; CartPole-v1 is solved at a mean of ≥ 475.
 The exit status is 0 when every seed solved it.
 """
@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None, ppo_fields: list[dataclasses.Field]) -> a
     parser.add_argument("--wandb-project", default="ppo-rlhf-workbook")
     parser.add_argument("--run-name", default=None, help="default: cartpole-<impl>-seed<seed>-<time>")
     parser.add_argument("--runs-dir", default="runs", help="parent directory of the run directories")
-    parser.add_argument("--video", action="store_true", help="record one greedy episode (needs moviepy)")
+    parser.add_argument("--video", action="store_true", help="record one greedy episode (needs moviepy and pygame)")
     parser.add_argument("--eval-episodes", type=int, default=20)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
     args = parser.parse_args(argv)
@@ -103,9 +103,11 @@ def plot_learning_curve(episodes: list[tuple[int, float]], path: Path, title: st
 def record_video(actor: torch.nn.Module, env_id: str, folder: Path, seed: int) -> Path | None:
     """One greedy episode as MP4 with gymnasium's RecordVideo; None (with a hint) without moviepy."""
     try:
-        import moviepy  # noqa: F401
-    except ImportError:
-        print("--video needs moviepy: pip install moviepy (or pip install -e '.[video]'); skipping the video")
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless rendering
+        import moviepy  # noqa: F401  (RecordVideo writes the MP4 with it)
+        import pygame  # noqa: F401  (CartPole draws its frames with it)
+    except ImportError as error:
+        print(f"--video needs moviepy and pygame ({error}): pip install moviepy pygame; skipping the video")
         return None
     import gymnasium as gym
 
@@ -129,12 +131,11 @@ def train_one(module, options: argparse.Namespace, seed: int) -> dict:
     if options.run_name and len(options.seeds) > 1:
         run_name = f"{options.run_name}-seed{seed}"
     run_dir = Path(options.runs_dir) / run_name
-    run_dir.mkdir(parents=True, exist_ok=True)
     print(f"== seed {seed}: {run_dir} ==", flush=True)
+    trainer = module.PPOTrainer(args)  # first: an unfinished exercise fails here, before anything is written
+    run_dir.mkdir(parents=True, exist_ok=True)
     run = start_wandb(options.wandb, options.wandb_project, run_name, run_dir,
                       dataclasses.asdict(args) | {"impl": options.impl})
-
-    trainer = module.PPOTrainer(args)
     episodes: list[tuple[int, float]] = []  # (global step at the end of the phase, return)
     metrics_file = (run_dir / "metrics.jsonl").open("w")
     progress = None
