@@ -213,6 +213,7 @@ def _copula(rng: random.Random, plural: bool) -> str:
 # An opener is (prompt text, context); `_continue` completes it with a chosen
 # polarity. Contexts: ("subj", subject), ("subj_cop", subject), ("aspect", None)
 # and ("i", None).
+_SINGULAR_TWO_WORD = tuple(s for s in SUBJECTS if not s[1] and len(s[0].split()) == 2)
 _Opener = tuple[str, tuple[str, tuple[str, bool, bool] | None]]
 
 
@@ -222,10 +223,10 @@ def _open(rng: random.Random) -> _Opener:
         subj = rng.choice(SUBJECTS)
         return subj[0], ("subj", subj)
     if r < 0.60:
-        subj = rng.choice(SUBJECTS[:16])  # two-word, singular: "this film was"
+        subj = rng.choice(_SINGULAR_TWO_WORD)  # "this film was"
         return f"{subj[0]} was", ("subj_cop", subj)
     if r < 0.80:
-        return rng.choice(("i thought the", "overall, the", "all in all, the", "to me, the")), ("aspect", None)
+        return rng.choice(("i thought the", "overall, the", "i felt the", "to me, the")), ("aspect", None)
     return "i", ("i", None)
 
 

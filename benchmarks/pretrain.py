@@ -1,0 +1,80 @@
+"""Benchmark: pretrain the default review model from scratch (the cache is ignored).
+
+    python benchmarks/pretrain.py [--threads N] [--steps N]
+
+Prints the loss curve in blocks of 100 steps, wall time, parameter count,
+sample generations with their VADER scores, and, as its last line, one JSON
+object: {"params", "wall_s", "final_loss", "heldout_loss", "threads", ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from workbook.lm import (  # noqa: E402
+    PretrainArgs,
+    VaderScorer,
+    distinct_n,
+    generate_reviews,
+    pretrain,
+    review_prompts,
+    sample_texts,
+)
+from workbook.lm.metrics import words  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=int, default=None, help="default: PretrainArgs().threads")
+    p.add_argument("--steps", type=int, default=None, help="default: PretrainArgs().steps")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--samples", type=int, default=200, help="generations scored for the fluency/sentiment figures")
+    ns = p.parse_args(argv)
+    args = PretrainArgs(seed=ns.seed)
+    if ns.threads is not None:
+        args = dataclasses.replace(args, threads=ns.threads)
+    if ns.steps is not None:
+        args = dataclasses.replace(args, steps=ns.steps)
+
+    model, tok, stats = pretrain(args, progress=True)
+    curve = stats["curve"]
+    print("training loss, mean per 100 steps:")
+    for i in range(0, len(curve), 100):
+        block = [loss for _, loss in curve[i : i + 100]]
+        print(f"  steps {i + 1:5d}-{i + len(block):5d}  {sum(block) / len(block):.4f}")
+    print(f"params {stats['params']:,}  threads {stats['threads']}  wall {stats['wall_s']:.1f}s  "
+          f"final train loss {stats['final_loss']:.4f}  held-out loss {stats['heldout_loss']:.4f}")
+
+    # Fluency proxy: a sample counts as well-formed if every word is a corpus
+    # word and it ends a sentence (it is not necessarily a grammar sentence).
+    vocab = {w for r in generate_reviews(20_000, seed=12345) for w in words(r.text)}
+    texts = sample_texts(model, tok, review_prompts(ns.samples, seed=1), max_new_tokens=125, temperature=1.0, seed=1)
+    valid = sum(all(w in vocab for w in words(t)) and t.endswith((".", "!")) for t in texts) / len(texts)
+    scores = VaderScorer()(texts)
+    print(f"\n{len(texts)} samples at temperature 1: well-formed {valid:.1%}, distinct-2 {distinct_n(texts, 2):.3f}, "
+          f"VADER mean {scores.mean():+.3f}, positive (>0.05) {(scores > 0.05).float().mean():.1%}")
+    for t, s in list(zip(texts, scores.tolist()))[:10]:
+        print(f"  {s:+.3f}  {t}")
+
+    result = {
+        "params": stats["params"],
+        "wall_s": round(stats["wall_s"], 2),
+        "final_loss": round(stats["final_loss"], 4),
+        "heldout_loss": round(stats["heldout_loss"], 4),
+        "threads": stats["threads"],
+        "steps": args.steps,
+        "well_formed": round(valid, 3),
+    }
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
