@@ -13,4 +13,12 @@ def main(argv: list[str] | None = None) -> int:
     if code:
         print("the reference solutions do not pass their own tests", file=sys.stderr)
         return code
+
+    print("\n== 2. Train CartPole-v1 with the reference (3 seeds, wandb offline) ==", flush=True)
+    from workbook.cartpole import train as cartpole
+
+    code = cartpole.main(["--impl", "solutions", "--seeds", "1", "2", "3", "--no-progress"])
+    if code:
+        print("the reference did not solve CartPole for every seed", file=sys.stderr)
+        return code
     return 0
