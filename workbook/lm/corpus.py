@@ -206,7 +206,7 @@ def _predicate(rng: random.Random, polarity: Sentiment, film_level: bool) -> str
 def _copula(rng: random.Random, plural: bool) -> str:
     if plural:
         return rng.choice(("were", "are", "were"))
-    return rng.choice(("was", "is", "was", "felt"))
+    return rng.choice(("was", "is", "was"))
 
 
 # ------------------------------------------------------------ openers (prompts)

@@ -37,7 +37,7 @@ from workbook.lm.tokenizer import CharTokenizer, pad_batch
 
 # Bump when the corpus, tokenizer or training code changes what a given set of
 # arguments produces, so stale cached checkpoints are not reused.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 def default_cache_dir() -> str:
@@ -51,7 +51,7 @@ class PretrainArgs:
     """Seeds the corpus, the initial weights and the batch order."""
     n_reviews: int = 60_000
     """Training reviews generated (about 61 characters each)."""
-    n_heldout: int = 2_000
+    n_heldout: int = 1_000
     """Held-out reviews (a different seed) for the final loss."""
     steps: int = 1500
     """Optimizer steps."""
@@ -134,6 +134,7 @@ def evaluate(model: GPT, data: Int[Tensor, "n seq"], pad_id: int, batch_size: in
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
+    data = data[torch.argsort((data != pad_id).sum(dim=1))]  # similar lengths together: less padding
     for i in range(0, len(data), batch_size):
         batch = data[i : i + batch_size]
         n = int((batch[:, 1:] != pad_id).sum())
