@@ -1,0 +1,85 @@
+"""Benchmark: RLHF with the default settings, from the pretrained review model, on one CPU thread.
+
+    python benchmarks/rlhf.py [--seed N] [--time-budget-s S] [--kl-coef B] [--wandb offline]
+
+Targets (issue 4): mean VADER reward rises from about 0 to >= 0.6 within 3 minutes of PPO wall
+time, mean per-review KL to the reference <= 6 nats, distinct-2 of the samples >= half the
+reference model's. Prints a before/after table with sample generations, the load average
+(the CPU is shared), and, as its last line, one JSON object with pretrain_wall_s, ppo_wall_s,
+reward_before, reward_after, kl_after, distinct2_before, distinct2_after and the checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from workbook.lm.model import load_checkpoint  # noqa: E402
+from workbook.lm.pretrain import PretrainArgs, checkpoint_path, load_or_pretrain  # noqa: E402
+from workbook.rlhf.train import Args, train  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-budget-s", type=float, default=Args.time_budget_s)
+    p.add_argument("--kl-coef", type=float, default=Args.kl_coef)
+    p.add_argument("--impl", default="solutions")
+    p.add_argument("--wandb", default="disabled")
+    p.add_argument("--run-dir", default="runs")
+    ns = p.parse_args(argv)
+    torch.set_num_threads(1)
+    load_start = os.getloadavg()
+
+    # Pretraining: from the cache when there (its recorded training time is reported).
+    pretrain_args = PretrainArgs()
+    cached = checkpoint_path(pretrain_args).exists()
+    t0 = time.perf_counter()
+    model, tok = load_or_pretrain(pretrain_args, progress=True)
+    pretrain_wall_s = time.perf_counter() - t0
+    if cached:
+        pretrain_wall_s = float(load_checkpoint(checkpoint_path(pretrain_args))[2].get("stats", {}).get("wall_s", float("nan")))
+    print(f"pretrained model: {model.num_params():,} parameters, "
+          f"{'cached (trained in' if cached else 'trained now in'} {pretrain_wall_s:.0f}s{')' if cached else ''}", flush=True)
+
+    args = Args(impl=ns.impl, seed=ns.seed, time_budget_s=ns.time_budget_s, kl_coef=ns.kl_coef, wandb=ns.wandb,
+                run_dir=ns.run_dir, run_name=f"benchmark-rlhf-kl{ns.kl_coef:g}-s{ns.seed}", quiet=False)
+    summary = train(args, model=model, tok=tok)
+    before, after = summary["before"], summary["after"]
+    load_end = os.getloadavg()
+
+    print(f"\n{'':<8}{'reward':>8}{'KL':>8}{'distinct-1':>12}{'distinct-2':>12}{'length':>8}{'ended':>7}")
+    for when, s in (("before", before), ("after", after)):
+        print(f"{when:<8}{s['reward']:>+8.3f}{s['kl']:>8.2f}{s['distinct1']:>12.3f}{s['distinct2']:>12.3f}"
+              f"{s['length']:>8.1f}{s['finished']:>7.2f}")
+    for when in ("before", "after"):
+        print(f"\nsamples {when} (VADER score, text):")
+        for text, score in zip(summary[f"samples_{when}"], summary[f"scores_{when}"]):
+            print(f"  {score:+.2f}  {text}")
+    print(f"\nload average (1 min) at start {load_start[0]:.2f}, at end {load_end[0]:.2f} on {os.cpu_count()} cores")
+
+    result = {
+        "pretrain_wall_s": round(pretrain_wall_s, 1), "pretrain_cached": cached,
+        "ppo_wall_s": round(summary["ppo_wall_s"], 1), "iterations": summary["iterations"],
+        "reward_before": round(before["reward"], 4), "reward_after": round(after["reward"], 4),
+        "kl_after": round(after["kl"], 3), "distinct2_before": round(before["distinct2"], 4),
+        "distinct2_after": round(after["distinct2"], 4), "kl_coef": ns.kl_coef, "seed": ns.seed,
+        "loadavg_start": round(load_start[0], 2), "loadavg_end": round(load_end[0], 2), "threads": 1,
+    }
+    result["ok_reward"] = after["reward"] >= 0.6 and summary["ppo_wall_s"] <= 180.0 + 15.0
+    result["ok_kl"] = after["kl"] <= 6.0
+    result["ok_diversity"] = after["distinct2"] >= 0.5 * before["distinct2"]
+    print(json.dumps(result), flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()
