@@ -262,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     except NotImplementedError:
         import traceback
 
-        where = [f"{f.name}" for f in traceback.extract_tb(sys.exc_info()[2]) if "exercises" in f.filename]
+        where = [getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+                 for frame, _ in traceback.walk_tb(sys.exc_info()[2]) if "exercises" in frame.f_code.co_filename]
         print(f"--impl {args.impl}: {where[-1] if where else 'an exercise'} in exercises/part3_rlhf.py is still a stub; "
               "fill it in (pytest tests/test_part3_rlhf.py shows which are done) or use --impl solutions", file=sys.stderr)
         return 1
