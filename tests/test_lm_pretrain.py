@@ -97,6 +97,13 @@ def test_command_line_entry_point(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "held-out" in printed and "step     5/5" in printed
 
+    cache_argv = [a for a in argv if a not in ("--out", str(out))] + ["--cache-dir", str(tmp_path / "cache")]
+    assert pretrain_mod.main(cache_argv) == 0
+    assert "step     5/5" in capsys.readouterr().out  # trained into the cache
+    assert pretrain_mod.main(cache_argv) == 0
+    printed = capsys.readouterr().out
+    assert "using the cached model" in printed and "step " not in printed and "held-out" in printed
+
 
 def test_block_size_must_hold_a_review():
     with pytest.raises(ValueError, match="block_size"):

@@ -6,7 +6,8 @@ model from scratch on the CPU in a couple of minutes, and `load_or_pretrain`
 keeps the result under a cache directory keyed by a hash of the settings, so
 it is trained once per machine and configuration.
 
-    python -m workbook.lm.pretrain                 # default model, stored in the cache
+    python -m workbook.lm.pretrain                 # default model: trained once, then read from the cache
+    python -m workbook.lm.pretrain --force         # retrain it
     python -m workbook.lm.pretrain --steps 200 --out /tmp/lm.pt
 """
 
@@ -269,15 +270,23 @@ def main(argv: list[str] | None = None) -> int:
         default = getattr(defaults, f.name)
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(default), default=default,
                             help=f"{docs.get(f.name, '')} (default: {default})")
-    parser.add_argument("--out", default=None, help="checkpoint path (default: the cache, where load_or_pretrain finds it)")
+    parser.add_argument("--out", default=None,
+                        help="train and save here (default: the cache, where load_or_pretrain finds it)")
+    parser.add_argument("--force", action="store_true", help="retrain even if the cache already holds this model")
     parser.add_argument("--samples", type=int, default=8, help="sample generations printed at the end")
     ns = parser.parse_args(argv)
     args = PretrainArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(PretrainArgs)})
 
-    model, tok, stats = pretrain(args, progress=True)
-    out = Path(ns.out) if ns.out else checkpoint_path(args)
-    save_checkpoint(out, model, tok, extra={"args": _plain_args(args), "stats": stats})
-    print(f"saved {out}")
+    cached = checkpoint_path(args)
+    if ns.out is None and not ns.force and cached.exists():
+        model, tok, extra = load_checkpoint(cached)
+        stats = extra["stats"]
+        print(f"using the cached model {cached} (--force retrains)")
+    else:
+        model, tok, stats = pretrain(args, progress=True)
+        out = Path(ns.out) if ns.out else cached
+        save_checkpoint(out, model, tok, extra={"args": _plain_args(args), "stats": stats})
+        print(f"saved {out}")
     print(f"final train loss {stats['final_loss']:.4f}  held-out {stats['heldout_loss']:.4f}  "
           f"wall {stats['wall_s']:.1f}s  params {stats['params']:,}  threads {stats['threads']}")
     if ns.samples:
