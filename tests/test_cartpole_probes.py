@@ -8,7 +8,6 @@ in order; the first failure is the one to fix. About a second each.
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from workbook.cartpole import PROBE_IDS
@@ -71,8 +70,3 @@ def test_probe5_reward_depends_on_action_and_observation(impl):
     check(p_action_1, {-1: 0.0, 1: 1.0}, "π(action 1) when the right action depends on the observation",
           "the pairing of actions with observations: that actions, log-probabilities and observations of one "
           "step stay together in the memory and in every minibatch.")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)

@@ -9,14 +9,6 @@ TOK = CharTokenizer()
 CFG = GPTConfig(vocab_size=TOK.vocab_size, block_size=48, n_layer=2, n_head=2, d_model=32)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)

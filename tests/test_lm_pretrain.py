@@ -13,14 +13,6 @@ pretrain_mod = importlib.import_module("workbook.lm.pretrain")
 from workbook.lm import TINY_ARGS, PretrainArgs, checkpoint_path, load_or_pretrain, pretrain, sample_texts
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.fixture(scope="module")
 def tiny_run():
     return pretrain(TINY_ARGS, progress=False)

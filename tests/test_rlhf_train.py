@@ -24,7 +24,7 @@ def tiny():
 @pytest.mark.slow
 def test_training_command_writes_its_outputs(tiny, tmp_path):
     model, tok = tiny
-    args = Args(iterations=2, batch_size=8, mini_batch_size=4, ppo_epochs=1, eval_samples=8, max_new_tokens=30,
+    args = Args(impl="solutions", iterations=2, batch_size=8, mini_batch_size=4, ppo_epochs=1, eval_samples=8, max_new_tokens=30,
                 sample_every=1, wandb="disabled", run_dir=str(tmp_path), run_name="smoke", quiet=True)
     summary = train(args, model=model, tok=tok)
     out = tmp_path / "smoke"
@@ -40,13 +40,13 @@ def test_kl_coef_zero_turns_the_leash_off(tiny):
     from solutions import part3_rlhf
     from workbook.rlhf.train import ppo_config
 
-    config = ppo_config(part3_rlhf, Args(kl_coef=0.0))
+    config = ppo_config(part3_rlhf, Args(impl="solutions", kl_coef=0.0))
     assert config.init_kl_coef == 0.0 and not config.adap_kl_ctrl
 
 
 def test_reward_model_trains_and_scores(tiny):
     model, tok = tiny
-    rm, stats = train_reward_model(RewardModelArgs(n_pairs=64, n_heldout=32, steps=4, batch_size=8), model, tok,
+    rm, stats = train_reward_model(RewardModelArgs(impl="solutions", n_pairs=64, n_heldout=32, steps=4, batch_size=8), model, tok,
                                    progress=False)
     assert 0.0 <= stats["heldout_accuracy"] <= 1.0 and stats["score_std"] > 0
     scores = RewardModelScorer(rm, tok, stats)(["the plot was great.", "the plot was dull."])

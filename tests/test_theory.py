@@ -14,7 +14,6 @@ import re
 from functools import cache
 from pathlib import Path
 
-import pytest
 import torch
 from torch.distributions.categorical import Categorical
 

@@ -21,4 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     if code:
         print("the reference did not solve CartPole for every seed", file=sys.stderr)
         return code
-    return 0
+
+    print("\n== 3. RLHF: 'write a positive movie review' (pretrains once if no cached model; wandb offline) ==",
+          flush=True)
+    from workbook.rlhf import train as rlhf
+
+    return rlhf.main(["--impl", "solutions"])

@@ -243,10 +243,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     impl = config.workbook_impl
     terminalreporter.write_sep("=", f"workbook progress (--impl={impl})")
-    width = max(len(r.exercise) for r in rows)
+    width = max(len(f"{r.part}.{r.exercise}") for r in rows)
     for r in rows:
         marks = {PASSING: "✓", FAILING: "✗", NOT_STARTED: "·"}
         extra = f"  {r.detail}" if r.status == NOT_STARTED else (f"  ({r.tests - r.passed} of {r.tests} tests fail)" if r.status == FAILING else "")
-        terminalreporter.write_line(f"  {marks.get(r.status, '?')} {r.part}.{r.exercise:<{width}}  {r.status}{extra}")
+        name = f"{r.part}.{r.exercise}"
+        terminalreporter.write_line(f"  {marks.get(r.status, '?')} {name:<{width}}  {r.status}{extra}")
     total, most = sum(r.points for r in rows), sum(r.max_points for r in rows)
     terminalreporter.write_line(f"  points: {total}/{most}")

@@ -14,15 +14,11 @@ it is trained once per machine and configuration.
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
 import hashlib
-import inspect
 import json
 import math
 import os
 import sys
-import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,6 +28,7 @@ import torch.nn.functional as F
 from jaxtyping import Int
 from torch import Tensor
 
+from workbook.cli import add_dataclass_arguments, dataclass_from_args
 from workbook.lm.corpus import MAX_REVIEW_CHARS, generate_reviews, review_prompts
 from workbook.lm.model import GPT, GPTConfig, load_checkpoint, sample_texts, save_checkpoint
 from workbook.lm.tokenizer import CharTokenizer, pad_batch
@@ -252,30 +249,15 @@ def _plain_args(args: PretrainArgs) -> dict:
     return {k: v for k, v in asdict(args).items() if k != "cache_dir"}
 
 
-def _field_docs(cls) -> dict[str, str]:
-    """The one-line docstrings written under dataclass fields (for --help)."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
-    docs = {}
-    for stmt, nxt in zip(body, body[1:]):
-        if isinstance(stmt, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-            docs[stmt.target.id] = " ".join(str(nxt.value.value).split())
-    return docs
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workbook.lm.pretrain", description=__doc__.split("\n\n")[0])
-    defaults = PretrainArgs()
-    docs = _field_docs(PretrainArgs)
-    for f in dataclasses.fields(PretrainArgs):
-        default = getattr(defaults, f.name)
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(default), default=default,
-                            help=f"{docs.get(f.name, '')} (default: {default})")
+    add_dataclass_arguments(parser, PretrainArgs)
     parser.add_argument("--out", default=None,
                         help="train and save here (default: the cache, where load_or_pretrain finds it)")
     parser.add_argument("--force", action="store_true", help="retrain even if the cache already holds this model")
     parser.add_argument("--samples", type=int, default=8, help="sample generations printed at the end")
     ns = parser.parse_args(argv)
-    args = PretrainArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(PretrainArgs)})
+    args = dataclass_from_args(PretrainArgs, ns)
 
     cached = checkpoint_path(args)
     if ns.out is None and not ns.force and cached.exists():

@@ -1,7 +1,7 @@
 """Train the learned reward model: a GPT trunk + scalar head, Bradley–Terry loss on preference pairs.
 
-    python -m workbook.rlhf.reward_model                  # reference code, cached
-    python -m workbook.rlhf.reward_model --impl exercises # your RewardModel and preference_loss
+    python -m workbook.rlhf.reward_model --impl solutions # reference code, cached
+    python -m workbook.rlhf.reward_model                  # your RewardModel and preference_loss (default)
 
 The pairs come from the corpus generator (``preference_pairs``): the same opener continued
 positively (chosen) and negatively or neutrally (rejected) — labels true by construction,
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import hashlib
 import json
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from workbook.cli import add_dataclass_arguments, dataclass_from_args
 from workbook.lm.corpus import preference_pairs
 from workbook.lm.model import GPT, GPTConfig
 from workbook.lm.pretrain import PretrainArgs, load_or_pretrain
@@ -35,7 +35,7 @@ from workbook.rlhf.data import load_part3
 
 @dataclass(frozen=True)
 class RewardModelArgs:
-    impl: str = "solutions"
+    impl: str = "exercises"
     """Whose RewardModel and preference_loss to train with: exercises or solutions."""
     seed: int = 0
     """Seeds the pairs, the head and the batch order."""
@@ -165,12 +165,11 @@ class RewardModelScorer:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workbook.rlhf.reward_model", description=__doc__.split("\n\n")[0])
-    for f in dataclasses.fields(RewardModelArgs):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    add_dataclass_arguments(parser, RewardModelArgs)
     parser.add_argument("--force", action="store_true", help="retrain even if a cached model exists")
-    ns = vars(parser.parse_args(argv))
-    force = ns.pop("force")
-    args = RewardModelArgs(**ns)
+    ns = parser.parse_args(argv)
+    force = ns.force
+    args = dataclass_from_args(RewardModelArgs, ns)
     pretrain = PretrainArgs()
     path = _path(args, pretrain)
     if force or not path.exists():

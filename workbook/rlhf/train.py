@@ -1,9 +1,9 @@
 """RLHF end to end: teach the pretrained review GPT to write positive reviews, with a KL leash.
 
-    python -m workbook rlhf --impl solutions          # the reference code (default: solutions)
-    python -m workbook rlhf --impl exercises          # your code from exercises/part3_rlhf.py
-    python -m workbook rlhf --kl-coef 0               # no leash: reward hacking / mode collapse
-    python -m workbook rlhf --reward model            # learned reward model instead of VADER
+    python -m workbook rlhf --impl solutions          # the reference code
+    python -m workbook rlhf                           # your code from exercises/part3_rlhf.py (the default)
+    python -m workbook rlhf --impl solutions --kl-coef 0   # no leash: reward hacking / mode collapse
+    python -m workbook rlhf --impl solutions --reward model  # learned reward model instead of VADER
 
 One iteration: sample a batch of prompts (review openers such as "the plot"), let the policy
 write a review for each (KV-cached sampling at ``--temperature``), score the texts (VADER's
@@ -22,13 +22,9 @@ same stats and a table of samples, offline by default (``wandb sync`` uploads it
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
-import inspect
 import json
 import os
 import sys
-import textwrap
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from workbook.cli import add_dataclass_arguments, dataclass_from_args
 from workbook.lm.model import save_checkpoint
 from workbook.lm.pretrain import PretrainArgs, load_or_pretrain
 from workbook.rlhf.data import eval_prompts, load_part3, prompt_batch, rollout
@@ -45,16 +42,16 @@ from workbook.rlhf.rewards import make_scorer
 
 @dataclass
 class Args:
-    impl: str = "solutions"
+    impl: str = "exercises"
     """Which part3_rlhf to train with: exercises (yours) or solutions (the reference)."""
     seed: int = 0
     """Seeds the prompts, the sampling and the minibatch order."""
     reward: str = "vader"
     """vader (the sentiment scorer itself) or model (the learned reward model, trained and cached if missing)."""
-    iterations: int = 200
-    """Most PPO iterations (one batch of samples each)."""
-    time_budget_s: float = 170.0
-    """Stop after this many seconds of PPO (generation + scoring + updates); 0 = no limit."""
+    iterations: int = 180
+    """PPO iterations (one batch of samples each); a fixed count, so the same seed gives the same run."""
+    time_budget_s: float = 0.0
+    """Optionally stop after this many seconds of PPO (generation + scoring + updates); 0 = no limit."""
     batch_size: int = 64
     """Reviews sampled per iteration."""
     mini_batch_size: int = 16
@@ -105,24 +102,10 @@ class Args:
     """Print only the before/after summary."""
 
 
-def _field_docs(cls) -> dict[str, str]:
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
-    return {a.target.id: str(d.value.value).strip() for a, d in zip(body, body[1:])
-            if isinstance(a, ast.AnnAssign) and isinstance(d, ast.Expr) and isinstance(d.value, ast.Constant)}
-
-
 def parse_args(argv: list[str] | None) -> Args:
-    parser = argparse.ArgumentParser(prog="python -m workbook rlhf", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    docs = _field_docs(Args)
-    for f in dataclasses.fields(Args):
-        default = f.default
-        if isinstance(default, bool):
-            parser.add_argument(f"--{f.name.replace('_', '-')}", action=argparse.BooleanOptionalAction, default=default,
-                                help=docs.get(f.name))
-        else:
-            parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(default), default=default, help=docs.get(f.name))
-    return Args(**vars(parser.parse_args(argv)))
+    parser = argparse.ArgumentParser(prog="python -m workbook rlhf", description=__doc__.split("\n\n")[0])
+    add_dataclass_arguments(parser, Args)
+    return dataclass_from_args(Args, parser.parse_args(argv))
 
 
 def ppo_config(part3, args: Args):
@@ -177,7 +160,7 @@ def train(args: Args, *, model=None, tok=None, pretrain_args: PretrainArgs | Non
     pretrain_s = time.perf_counter() - t0
     policy = part3.GPTWithValueHead(model)
     reference = part3.create_reference_model(policy)
-    scorer = make_scorer(args.reward, tok, quiet=args.quiet)
+    scorer = make_scorer(args.reward, tok, impl=args.impl, quiet=args.quiet)
     trainer = part3.PPOTrainer(ppo_config(part3, args), policy, reference, tok.pad_id)
 
     run = None
