@@ -3,6 +3,14 @@
     python benchmarks/cartpole.py --seeds 3                  # the default PPOArgs
     python benchmarks/cartpole.py --seeds 3 --config cleanrl # CleanRL's ppo.py settings, our code
     python benchmarks/cartpole.py --set num_envs=16 --set learning_rate=1e-3
+    python benchmarks/cartpole.py --vs-cleanrl --seeds 3     # side by side with CleanRL's own ppo.py
+
+``--vs-cleanrl`` runs, for each seed in turn (interleaved, so both see the same machine load):
+ours to the training criterion, CleanRL's ``ppo.py`` (benchmarks/cleanrl/, patched only for
+gymnasium 1.x and to stop at the same criterion) in a subprocess, and ours to the greedy
+criterion; then it steps gymnasium's vectorised CartPole with random actions to measure the
+raw environment rate, and compares our rollout throughput (steps per second of the rollout
+phases alone) with it.
 
 For each seed it trains with the reference solutions and, after a learning phase whose recent
 training episodes look promising, runs a greedy evaluation over 20 episodes. A seed is solved
@@ -20,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import fields
@@ -53,12 +62,24 @@ def parse_overrides(items: list[str], args_cls) -> dict:
 
 def run_seed(module, overrides: dict, seed: int, eval_every_return: float, criterion: str = "greedy") -> dict:
     from workbook.cartpole.evaluate import SOLVED_RETURN, evaluate_greedy
+    from workbook.typecheck import set_shape_checks
 
     args = module.PPOArgs(**(overrides | {"seed": seed}))
     trainer = module.PPOTrainer(args)
     recent: list[float] = []
     result = {"seed": seed, "solved": False, "env_steps": None, "wall_s": None, "evaluations": 0}
-    start = time.perf_counter()
+    rollout = {"s": 0.0, "steps": 0}
+    play = trainer.rollout_phase
+
+    def timed_rollout_phase():
+        t = time.perf_counter()
+        episodes = play()
+        rollout["s"] += time.perf_counter() - t
+        rollout["steps"] += args.batch_size
+        return episodes
+
+    trainer.rollout_phase = timed_rollout_phase
+    start, start_cpu = time.perf_counter(), time.process_time()
 
     def on_phase_end(report) -> bool:
         recent.extend(r for r, _ in report.episodes)
@@ -79,12 +100,92 @@ def run_seed(module, overrides: dict, seed: int, eval_every_return: float, crite
             return True
         return False
 
-    trainer.train(on_phase_end)
+    def on_phase_end_checked_once(report) -> bool:  # as the training command: shape checks in the first phase only
+        if report.phase == 1:
+            set_shape_checks(False)
+        return on_phase_end(report)
+
+    checks_were_on = set_shape_checks(True)
+    try:
+        trainer.train(on_phase_end_checked_once)
+    finally:
+        set_shape_checks(checks_were_on)
     wall = time.perf_counter() - start
+    result["cpu_s"] = time.process_time() - start_cpu
     if not result["solved"]:
         result.update(env_steps=trainer.agent.step, wall_s=wall)
     result["sps"] = result["env_steps"] / result["wall_s"]
+    result["rollout_sps"] = rollout["steps"] / rollout["s"]
     return result
+
+
+def run_cleanrl(seed: int) -> dict:
+    """CleanRL's ppo.py (default settings) in a subprocess, to the training criterion."""
+    runner = Path(__file__).resolve().parent / "cleanrl" / "run_ppo.py"
+    done = subprocess.run([sys.executable, str(runner), "--seed", str(seed)], capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        return {"seed": seed, "solved": False, "env_steps": None, "wall_s": None,
+                "error": (done.stderr.strip().splitlines() or ["no criterion within 500k steps"])[-1]}
+    return {"seed": seed, **json.loads(lines[-1])}
+
+
+def raw_env_rate(env_id: str, num_envs: int, steps: int = 3000) -> float:
+    """Steps per second of the bare vector env (no wrapper) with precomputed random actions."""
+    from workbook.cartpole.envs import make_vector_env
+
+    envs = make_vector_env(env_id, num_envs, record_episode_statistics=False)
+    actions = np.random.default_rng(0).integers(0, envs.single_action_space.n, size=(steps, num_envs))
+    envs.reset(seed=0)
+    start = time.perf_counter()
+    for a in actions:
+        envs.step(a)
+    rate = steps * num_envs / (time.perf_counter() - start)
+    envs.close()
+    return rate
+
+
+def vs_cleanrl(module, overrides: dict, seeds: int, eval_every_return: float) -> dict:
+    ours, greedy, theirs = [], [], []
+    for seed in range(1, seeds + 1):
+        ours.append(run_seed(module, overrides, seed, eval_every_return, "training"))
+        theirs.append(run_cleanrl(seed))
+        greedy.append(run_seed(module, overrides, seed, eval_every_return, "greedy"))
+        o, c, g = ours[-1], theirs[-1], greedy[-1]
+        print(f"seed {seed}: ours {o['wall_s']:.2f} s / {o['env_steps']} steps ({'solved' if o['solved'] else 'NOT solved'}), "
+              f"CleanRL {c['wall_s'] or float('nan'):.2f} s / {c['env_steps']} steps "
+              f"({'solved' if c['solved'] else 'NOT solved: ' + c.get('error', '')}); "
+              f"ours greedy {g['wall_s']:.2f} s; rollout {o['rollout_sps']:,.0f} steps/s", flush=True)
+    args = module.PPOArgs(**overrides)
+    raw = raw_env_rate(args.env_id, args.num_envs)
+    med = lambda rows, key: statistics.median(r[key] for r in rows) if all(r[key] is not None for r in rows) else None  # noqa: E731
+    summary = {
+        "mode": "vs-cleanrl", "criterion": "last 20 training episodes >= 475", "seeds": list(range(1, seeds + 1)),
+        "overrides": overrides,
+        "ours_median_wall_s": round(med(ours, "wall_s"), 2), "ours_median_env_steps": med(ours, "env_steps"),
+        "cleanrl_median_wall_s": med(theirs, "wall_s") and round(med(theirs, "wall_s"), 2),
+        "cleanrl_median_env_steps": med(theirs, "env_steps"),
+        "greedy_median_wall_s": round(med(greedy, "wall_s"), 2), "greedy_median_env_steps": med(greedy, "env_steps"),
+        "rollout_sps": round(med(ours, "rollout_sps")), "raw_env_sps": round(raw), "num_envs": args.num_envs,
+        "solved": {"ours": sum(r["solved"] for r in ours), "greedy": sum(r["solved"] for r in greedy),
+                   "cleanrl": sum(r["solved"] for r in theirs)},
+        "ours": [_rounded(r) for r in ours], "greedy": [_rounded(r) for r in greedy], "cleanrl": [_rounded(r) for r in theirs],
+    }
+    summary["speedup"] = summary["cleanrl_median_wall_s"] and round(summary["cleanrl_median_wall_s"] / summary["ours_median_wall_s"], 1)
+    summary["rollout_frac_of_raw"] = round(summary["rollout_sps"] / raw, 3)
+    summary["ok"] = {"speedup_20x": bool(summary["speedup"] and summary["speedup"] >= 20),
+                     "greedy_2s": summary["greedy_median_wall_s"] <= 2.0,
+                     "rollout_5pct": summary["rollout_frac_of_raw"] >= 0.05,
+                     "every_seed_solves": summary["solved"]["ours"] == seeds and summary["solved"]["greedy"] == seeds}
+    print(f"median wall to the training criterion: ours {summary['ours_median_wall_s']} s, CleanRL "
+          f"{summary['cleanrl_median_wall_s']} s: {summary['speedup']}x; greedy criterion {summary['greedy_median_wall_s']} s; "
+          f"rollout {summary['rollout_sps']:,} steps/s = {summary['rollout_frac_of_raw']:.1%} of the raw "
+          f"{summary['raw_env_sps']:,} steps/s ({args.num_envs} envs, random actions)")
+    return summary
+
+
+def _rounded(r: dict) -> dict:
+    return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="greedy: 20-episode greedy evaluation mean >= 475 (default); training: the last 20 "
                              "training episodes (sampled actions) average >= 475, as CleanRL's logged returns")
     parser.add_argument("--impl", choices=("solutions", "exercises"), default="solutions")
+    parser.add_argument("--vs-cleanrl", action="store_true",
+                        help="interleave ours with CleanRL's ppo.py per seed (training criterion), plus the greedy "
+                             "criterion and the raw vector-env rate")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -107,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(f"{args.impl}.part2_cartpole")
     overrides = CONFIGS[args.config] | parse_overrides(args.set, module.PPOArgs)
     print(f"config {args.config}: {module.PPOArgs(**overrides)}", flush=True)
+    if args.vs_cleanrl:
+        summary = vs_cleanrl(module, overrides, args.seeds, args.eval_when_return)
+        print(json.dumps(summary))
+        return 0 if all(summary["ok"].values()) else 1
     results = []
     for seed in range(1, args.seeds + 1):
         r = run_seed(module, overrides, seed, args.eval_when_return, args.criterion)
@@ -122,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         "median_wall_s": round(statistics.median(r["wall_s"] for r in results), 2),
         "median_env_steps": statistics.median(r["env_steps"] for r in results),
         "median_sps": round(statistics.median(r["sps"] for r in results)),
-        "per_seed": [{k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()} for r in results],
+        "median_rollout_sps": round(statistics.median(r["rollout_sps"] for r in results)),
+        "per_seed": [_rounded(r) for r in results],
     }
     print(json.dumps(summary))
     return 0 if summary["solved"] == args.seeds else 1

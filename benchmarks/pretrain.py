@@ -4,7 +4,8 @@
 
 Prints the loss curve in blocks of 100 steps, wall time, parameter count,
 sample generations with their VADER scores, and, as its last line, one JSON
-object: {"params", "wall_s", "final_loss", "heldout_loss", "threads", ...}.
+object: {"params", "wall_s", "final_loss", "heldout_loss", "threads", ..., "ok_heldout", "ok_60s"}
+(held-out loss <= 0.32, pretraining <= 60 s).
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ def main(argv: list[str] | None = None) -> dict:
         "steps": args.steps,
         "well_formed": round(valid, 3),
     }
+    # Issue 14's bars: held-out loss <= 0.32 within 60 s of pretraining (2 cores, one thread, quiet machine).
+    result["ok_heldout"] = stats["heldout_loss"] <= 0.32
+    result["ok_60s"] = stats["wall_s"] <= 60.0
     print(json.dumps(result))
     return result
 

@@ -2,9 +2,9 @@
 
     python benchmarks/rlhf.py [--seed N] [--time-budget-s S] [--kl-coef B] [--wandb offline]
 
-Targets (issue 4): mean VADER reward rises from about 0 to >= 0.6 within 3 minutes of PPO wall
-time, mean per-review KL to the reference <= 6 nats, distinct-2 of the samples >= half the
-reference model's. Prints a before/after table with sample generations, the load average
+Targets (issue 14): mean VADER reward rises from about 0 to >= 0.6 within 60 s of PPO wall time
+(generation, scoring and updates; 2 cores, one torch thread, quiet machine), mean per-review KL to
+the reference <= 6 nats, distinct-2 of the samples >= half the reference model's. Prints a before/after table with sample generations, the load average
 (the CPU is shared), and, as its last line, one JSON object with pretrain_wall_s, ppo_wall_s,
 reward_before, reward_after, kl_after, distinct2_before, distinct2_after and the checks.
 """
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{'cached (trained in' if cached else 'trained now in'} {pretrain_wall_s:.0f}s{')' if cached else ''}", flush=True)
 
     args = Args(impl=ns.impl, seed=ns.seed, time_budget_s=ns.time_budget_s, kl_coef=ns.kl_coef, wandb=ns.wandb,
-                run_dir=ns.run_dir, run_name=f"benchmark-rlhf-kl{ns.kl_coef:g}-s{ns.seed}", quiet=False)
+                run_dir=ns.run_dir, run_name=f"benchmark-rlhf-kl{ns.kl_coef:g}-s{ns.seed}", overwrite=True, quiet=False)
     summary = train(args, model=model, tok=tok)
     before, after = summary["before"], summary["after"]
     load_end = os.getloadavg()
@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> dict:
         "distinct2_after": round(after["distinct2"], 4), "kl_coef": ns.kl_coef, "seed": ns.seed,
         "loadavg_start": round(load_start[0], 2), "loadavg_end": round(load_end[0], 2), "threads": 1,
     }
-    result["ok_reward"] = after["reward"] >= 0.6 and summary["ppo_wall_s"] <= 180.0 + 15.0
+    result["ok_reward"] = after["reward"] >= 0.6
+    result["ok_60s"] = summary["ppo_wall_s"] <= 60.0
     result["ok_kl"] = after["kl"] <= 6.0
     result["ok_diversity"] = after["distinct2"] >= 0.5 * before["distinct2"]
     print(json.dumps(result), flush=True)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn, optim
-from torch.distributions.categorical import Categorical
+from torch.distributions import Distribution
 
 from workbook.typecheck import typechecked
 
@@ -83,8 +83,8 @@ def get_minibatch_indices(rng: np.random.Generator, batch_size: int, minibatch_s
 
 @typechecked
 def calc_clipped_surrogate_objective(
-    dist: Categorical,
-    mb_action: Int[Tensor, "minibatch_size"],
+    dist: Distribution,
+    mb_action: Int[Tensor, "minibatch_size"] | Float[Tensor, "minibatch_size action_dim"],
     mb_advantages: Float[Tensor, "minibatch_size"],
     mb_logprobs: Float[Tensor, "minibatch_size"],
     clip_coef: float,
@@ -98,7 +98,10 @@ def calc_clipped_surrogate_objective(
 
     ``dist`` is the *current* policy evaluated on the minibatch's observations;
     ``mb_logprobs`` are the log-probabilities the *old* policy gave the same actions when
-    they were sampled. The min makes the objective a pessimistic bound: once the ratio has
+    they were sampled. Any distribution works whose ``log_prob`` gives one number per
+    sample: a ``Categorical`` over discrete actions (Part 2), or a diagonal Gaussian over
+    vectors of actions, ``Independent(Normal(μ, σ), 1)``, which sums the per-dimension
+    log-probabilities (Part 4). The min makes the objective a pessimistic bound: once the ratio has
     moved past 1 ± ε in the direction the advantage rewards, the gradient is zero, so one
     batch cannot push the policy far from the one that collected it.
 
@@ -159,11 +162,11 @@ def calc_clipped_value_function_loss(
 
 
 @typechecked
-def calc_entropy_bonus(dist: Categorical, ent_coef: float) -> Float[Tensor, ""]:
+def calc_entropy_bonus(dist: Distribution, ent_coef: float) -> Float[Tensor, ""]:
     """The entropy bonus c₂ · S[π](s): ``ent_coef · mean_t H(π(· | s_t))``.
 
     H(p) = −Σ_a p(a) log p(a) is largest (log n) for the uniform policy over n actions
-    and 0 for a deterministic one. Adding it to the objective rewards keeping some
+    and 0 for a deterministic one (for a Gaussian it grows with log σ, Part 4). Adding it to the objective rewards keeping some
     randomness, which keeps the agent exploring early on.
 
     Traps:

@@ -11,8 +11,12 @@ over to the library. Conventions for the whole part:
   ``pg_loss = −min(r·A, clip(r)·A)`` averaged over tokens, and the optimizer is plain Adam.
 - **Response tensors** are ``[batch, resp]``: one row per sampled review, one column per
   *generated* token (the prompt is not in them), right-padded to the longest response.
-- **Masks** are float tensors with 1.0 on real response tokens and 0.0 on padding. Every mean
-  over tokens is a *masked* mean; padding must never leak into a number.
+- **Masks** hold 1 on real response tokens and 0 on padding. Like TRL's, every function here
+  takes them as bool, integer (the int64 attention masks tokenizers return) or float tensors
+  (``Mask[Tensor, ...]`` in the signatures), with identical results: convert once with
+  ``mask.to(values.dtype)`` before arithmetic (``1 − mask`` fails on a bool tensor, and
+  ``values[mask]`` with an int64 mask picks *rows by number*). Every mean over tokens is a
+  *masked* mean; padding must never leak into a number.
 - **One step = one token.** The "state" before response token ``t`` is prompt + response[:t];
   the "action" is token ``t``; the reward is a KL penalty on every token plus the score on
   the last real one.
@@ -29,12 +33,12 @@ from typing import Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from workbook.lm.model import GPT
 from workbook.lm.tokenizer import pad_batch
-from workbook.typecheck import typechecked
+from workbook.typecheck import Mask, typechecked
 
 KLKind = Literal["kl", "abs", "mse", "full", "k3"]
 
@@ -98,7 +102,7 @@ def whiten(values: Float[Tensor, "*shape"], shift_mean: bool = True) -> Float[Te
 
 
 @typechecked
-def masked_mean(values: Float[Tensor, "*shape"], mask: Float[Tensor, "*shape"], axis: int | None = None) -> Float[Tensor, "..."]:
+def masked_mean(values: Float[Tensor, "*shape"], mask: Mask[Tensor, "*shape"], axis: int | None = None) -> Float[Tensor, "..."]:
     """Mean of ``values`` over the positions where ``mask`` is 1.
 
         axis=None:  Σ values·mask / Σ mask                       (a 0-dim tensor)
@@ -116,7 +120,7 @@ def masked_mean(values: Float[Tensor, "*shape"], mask: Float[Tensor, "*shape"], 
 
 
 @typechecked
-def masked_var(values: Float[Tensor, "*shape"], mask: Float[Tensor, "*shape"], unbiased: bool = True) -> Float[Tensor, ""]:
+def masked_var(values: Float[Tensor, "*shape"], mask: Mask[Tensor, "*shape"], unbiased: bool = True) -> Float[Tensor, ""]:
     """Variance of ``values`` over the positions where ``mask`` is 1 (one number).
 
         mean = masked_mean(values, mask)
@@ -130,12 +134,14 @@ def masked_var(values: Float[Tensor, "*shape"], mask: Float[Tensor, "*shape"], u
     - Bessel's ``n`` is the number of *masked-in* elements, not ``values.numel()``.
     - Centre with the *masked* mean, not ``values.mean()``.
     - ``unbiased=True`` means divide by n − 1; don't invert the flag.
+    - Not the one-pass ``E[x²] − E[x]²``: with a large mean and a small spread (1000 ± 0.01 in
+      float32) the two terms cancel to rounding noise. Centre first, then square.
     """
     raise NotImplementedError()
 
 
 @typechecked
-def masked_whiten(values: Float[Tensor, "*shape"], mask: Float[Tensor, "*shape"], shift_mean: bool = True) -> Float[Tensor, "*shape"]:
+def masked_whiten(values: Float[Tensor, "*shape"], mask: Mask[Tensor, "*shape"], shift_mean: bool = True) -> Float[Tensor, "*shape"]:
     """:func:`whiten` with the mean and (unbiased) variance taken over the masked-in elements only.
 
         out = (values − masked_mean) · rsqrt(masked_var + 1e-8)      (+ masked_mean if not shift_mean)
@@ -204,7 +210,7 @@ def compute_rewards(
     scores: Float[Tensor, "batch"],
     logprobs: Float[Tensor, "batch resp *vocab"],
     ref_logprobs: Float[Tensor, "batch resp *vocab"],
-    masks: Float[Tensor, "batch resp"],
+    masks: Mask[Tensor, "batch resp"],
     kl_coef: float,
     kind: str = "kl",
 ) -> tuple[Float[Tensor, "batch resp"], Float[Tensor, "batch resp"], Float[Tensor, "batch resp"]]:
@@ -283,7 +289,7 @@ class AdaptiveKLController:
 def compute_advantages(
     values: Float[Tensor, "batch resp"],
     rewards: Float[Tensor, "batch resp"],
-    mask: Float[Tensor, "batch resp"],
+    mask: Mask[Tensor, "batch resp"],
     gamma: float,
     lam: float,
 ) -> tuple[Float[Tensor, "batch resp"], Float[Tensor, "batch resp"], Float[Tensor, "batch resp"]]:
@@ -296,9 +302,11 @@ def compute_advantages(
         δ_t = r_t + γ · V_{t+1} − V_t
         A_t = δ_t + γ · λ · A_{t+1}
 
-    and ``returns = A + values`` (the critic's regression target), computed from the *raw*
-    advantages. Only then are the advantages whitened over the mask (``masked_whiten``) and
-    multiplied by the mask, so all three outputs are 0 on padding. No gradient flows out.
+    and ``returns = (A + values) · mask`` (the critic's regression target), computed from the
+    *raw* advantages. Only then are the advantages whitened over the mask (``masked_whiten``)
+    and multiplied by the mask, so all three outputs are 0 wherever the mask is 0 — after the
+    last real token, and also inside a mask with a gap (``1 1 0 1``: the recursion runs through
+    the gap as a step with zero reward and zero value). No gradient flows out.
 
     Intuition: the reward is almost all at the end (the score), so γ = 1 and λ ≈ 0.95 carry
     it back along the sentence; the critic's V_t, trained on ``returns``, predicts at every
@@ -320,7 +328,7 @@ def ppo_loss(
     values: Float[Tensor, "batch resp"],
     logprobs: Float[Tensor, "batch resp"],
     vpreds: Float[Tensor, "batch resp"],
-    mask: Float[Tensor, "batch resp"],
+    mask: Mask[Tensor, "batch resp"],
     advantages: Float[Tensor, "batch resp"],
     returns: Float[Tensor, "batch resp"],
     cliprange: float,
@@ -388,7 +396,7 @@ class GPTWithValueHead(nn.Module):
         raise NotImplementedError()
 
     def forward(
-        self, input_ids: Int[Tensor, "batch seq"], attention_mask: Int[Tensor, "batch seq"] | None = None
+        self, input_ids: Int[Tensor, "batch seq"], attention_mask: Bool[Tensor, "batch seq"] | Int[Tensor, "batch seq"] | None = None
     ) -> tuple[Float[Tensor, "batch seq vocab"], Float[Tensor, "batch seq"]]:
         """``(logits, values)``: the LM's logits and one value per position.
 
@@ -447,7 +455,8 @@ def batched_forward_pass(
       divided by ``temperature``;
     - ``logits[b, t]`` = those temperature-scaled logits, ``[batch, resp, vocab]``;
     - ``values[b, t]`` = V(query_b + response_b[:t]), the value of the state *before* token t;
-    - ``masks[b, t]`` = 1.0 if ``t < len(response_b)``, else 0.0.
+    - ``masks[b, t]`` = 1.0 if ``t < len(response_b)``, else 0.0 — from the lengths, never from
+      the token ids: a sampled token that happens to equal ``pad_id`` is a real token.
 
     How: concatenate each query with its response, right-pad the rows with ``pad_id``
     (``pad_batch(..., side="right")``), run the model once with the attention mask, and read
@@ -503,7 +512,8 @@ class RewardModel(nn.Module):
         nn.init.normal_(self.head.weight, std=1.0 / (lm.config.d_model + 1) ** 0.5)
         nn.init.zeros_(self.head.bias)
 
-    def forward(self, input_ids: Int[Tensor, "batch seq"], attention_mask: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch"]:
+    def forward(self, input_ids: Int[Tensor, "batch seq"], attention_mask: Bool[Tensor, "batch seq"] | Int[Tensor, "batch seq"]
+                ) -> Float[Tensor, "batch"]:
         """One reward per row: the head applied to the hidden state of the row's last real token.
 
         ``self.lm(input_ids, attention_mask, return_hidden=True)`` gives the hidden states;
@@ -607,9 +617,12 @@ class PPOTrainer:
         6. **Stats**: ``objective/kl`` (that mean_kl), ``objective/kl_coef`` (β used in the
            rewards), ``objective/entropy`` (masked mean token entropy of the rollout logits),
            ``objective/logprobs`` and ``objective/ref_logprobs`` (mean per-sequence sums),
-           ``ppo/mean_scores``, ``ppo/std_scores``, ``ppo/mean_non_score_reward`` (mean
-           per-sequence sum), ``tokens/responses_len_mean``, and every ``ppo_loss`` stat
-           averaged over all minibatches as ``ppo/<name>`` (e.g. ``ppo/policy/clipfrac``).
+           ``ppo/mean_scores``, ``ppo/std_scores`` (unbiased std; 0.0 for a batch of one),
+           ``ppo/mean_non_score_reward`` (mean per-sequence sum), ``tokens/responses_len_mean``,
+           and, averaged over all minibatches, every ``ppo_loss`` stat as ``ppo/<name>``
+           (e.g. ``ppo/policy/clipfrac``) plus ``ppo/policy/entropy`` (the minibatch's masked
+           mean token entropy, the term weighted by ``ent_coef``). Every value is a Python
+           ``float``, with no autograd graph behind it.
 
         The reference model only ever runs under ``torch.no_grad()`` and never reaches the
         optimizer.

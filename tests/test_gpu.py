@@ -84,3 +84,33 @@ def test_ppo_step_runs_on_cuda():
     stats = trainer.step(queries, responses, torch.tensor([1.0, -1.0, 0.5, 0.0], device="cuda"))
     assert all(torch.isfinite(torch.tensor(float(v))) for v in stats.values() if isinstance(v, (int, float)))
     assert all(not p.requires_grad for p in reference.parameters())
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo", "dpo"])
+def test_part5_steps_on_cuda_match_cpu(algo):
+    from solutions import part5_beyond_ppo as part5
+
+    g = torch.Generator().manual_seed(4)
+    queries = [torch.randint(3, 20, (3,), generator=g) for _ in range(4)]
+    responses = [torch.randint(3, 20, (n,), generator=g) for n in (2, 5, 3, 4)]
+    other = [torch.randint(3, 20, (n,), generator=g) for n in (3, 1, 4, 2)]
+    scores = torch.tensor([1.0, -1.0, 0.5, 0.0])
+
+    def one_step(device: str):
+        policy = part5.LanguageModelPolicy(tiny_model().lm).to(device)
+        reference = part3.create_reference_model(policy)
+        q, r, o = ([t.to(device) for t in ts] for ts in (queries, responses, other))
+        if algo == "dpo":
+            stats = part5.DPOTrainer(part5.DPOConfig(beta=0.5), policy, reference, pad_id=0).step(q, r, o)
+        else:
+            config = part5.GroupConfig(algo=algo, group_size=2, mini_batch_size=2, beta=0.1, normalisation="token")
+            stats = part5.GroupTrainer(config, policy, reference, pad_id=0).step(q, r, scores.to(device))
+        assert all(p.device.type == device for p in policy.parameters())
+        return stats, [p.detach().cpu() for p in policy.parameters()]
+
+    (cpu_stats, cpu_params), (gpu_stats, gpu_params) = one_step("cpu"), one_step("cuda")
+    assert cpu_stats.keys() == gpu_stats.keys()
+    for key in cpu_stats:
+        assert abs(cpu_stats[key] - gpu_stats[key]) <= 1e-4 + 1e-4 * abs(cpu_stats[key]), f"{algo} stat {key} differs on CUDA"
+    for a, b in zip(cpu_params, gpu_params):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,7 @@ import torch
 from jaxtyping import TypeCheckError
 
 from workbook.checking import compare, known_mistake
-from workbook.grading import FAILING, NOT_STARTED, PASSING, aggregate
+from workbook.grading import FAILING, NOT_STARTED, PASSING, TIMED_OUT, aggregate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,6 +53,9 @@ def test_compare_checks_shape_dtype_then_values():
     assert "max abs diff: 1 at index (1, 1)" in message and "first mismatch at index (1, 1)" in message
     assert "expected 2" in compare({"x": 1.0}, {"x": 2.0}) or "values differ" in compare({"x": 1.0}, {"x": 2.0})
     assert compare(np.arange(3), np.arange(3)) is None
+    # Dicts of stats: name the missing and unexpected keys, not two long lists.
+    keys = compare({"a": 1.0, "b": 2.0, "x": 0.0}, {"a": 1.0, "b": 2.0, "y": 0.0, "z": 0.0})
+    assert "missing ['y', 'z']; unexpected ['x']" in keys and "2 keys in common" in keys, keys
 
 
 def test_known_mistake_rejects_a_typo():
@@ -72,16 +77,136 @@ def test_aggregate_statuses():
     assert status == {"a": (PASSING, 2), "b": (FAILING, 0), "c": (NOT_STARTED, 0), "d": (FAILING, 0)}  # d never finished
 
 
+def fresh_checkout(tmp_path: Path, part: str) -> Path:
+    """A copy of the package and one part's tests in which every graded exercise is an unfilled stub.
+
+    Independent of the state of exercises/ in this checkout, where a learner fills stubs in.
+    """
+    import ast
+    import shutil
+
+    from workbook.mirror import _functions, make_exercise_text
+
+    root = tmp_path / "checkout"
+    ignore = shutil.ignore_patterns("__pycache__")
+    for name in ("workbook", "solutions"):
+        shutil.copytree(ROOT / name, root / name, ignore=ignore)
+    (root / "tests").mkdir()
+    for name in ("conftest.py", f"test_{part}.py"):
+        shutil.copy(ROOT / "tests" / name, root / "tests" / name)
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    (root / "exercises").mkdir()
+    (root / "exercises" / "__init__.py").write_text("")
+    solution = (ROOT / "solutions" / f"{part}.py").read_text()
+    points = ast.literal_eval(next(node.value for node in ast.parse((ROOT / "tests" / f"test_{part}.py").read_text()).body
+                                   if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "POINTS"))
+    names = {n for n in _functions(ast.parse(solution)) if n.split(".")[0] in points}
+    (root / "exercises" / f"{part}.py").write_text(make_exercise_text(solution, names))
+    return root
+
+
 @pytest.mark.slow
 def test_grade_reports_stubs_as_not_started(tmp_path):
     out = tmp_path / "grade.json"
+    root = fresh_checkout(tmp_path, "part1_ppo_core")
     proc = subprocess.run([sys.executable, "-m", "workbook", "grade", "--impl", "exercises", "--part", "part1_ppo_core",
-                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           "--json", str(out)], cwd=root, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(root)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     payload = json.loads(out.read_text())
     assert payload["points"] == 0 and payload["max_points"] > 0
     assert {e["status"] for e in payload["exercises"]} == {NOT_STARTED}
     assert "not started" in proc.stdout and "total" in proc.stdout
+
+
+def half_done_checkout(tmp_path: Path) -> Path:
+    """Part 1 as a learner may leave it: one known mistake, one infinite loop, two stubs, the rest correct."""
+    from workbook.mirror import make_exercise_text
+
+    root = fresh_checkout(tmp_path, "part1_ppo_core")
+    text = make_exercise_text((ROOT / "solutions" / "part1_ppo_core.py").read_text(), {"PPOScheduler.__init__", "PPOScheduler.step", "make_optimizer"})
+    text += ("\n\nfrom workbook.mistakes.part1_ppo_core import value_loss_sum as calc_value_function_loss  # noqa: E402\n\n\n"
+             "def calc_entropy_bonus(dist, ent_coef):\n    while True:\n        pass\n")
+    (root / "exercises" / "part1_ppo_core.py").write_text(text)
+    return root
+
+
+@pytest.mark.slow
+def test_an_infinite_loop_costs_one_timeout_and_grade_says_what_to_do(tmp_path):
+    root = half_done_checkout(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(root))
+    out = tmp_path / "grade.json"
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "workbook", "grade", "--part", "part1_ppo_core", "--per-test-timeout", "3",
+                           "--json", str(out)], cwd=root, capture_output=True, text=True, timeout=120, env=env)
+    grade_s = time.monotonic() - start
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {e["exercise"]: e for e in json.loads(out.read_text())["exercises"]}
+    assert rows["calc_entropy_bonus"]["status"] == TIMED_OUT
+    assert rows["calc_value_function_loss"]["status"] == FAILING and rows["PPOScheduler"]["status"] == NOT_STARTED
+    assert rows["compute_advantages"]["status"] == PASSING
+    # Progress while it runs: the timeout is reported as it happens, then the part.
+    assert "part1_ppo_core.calc_entropy_bonus: timed out after 3 s of CPU time" in proc.stdout
+    assert "part1_ppo_core: 8 exercises graded" in proc.stdout
+    # The failing row's diagnosis (the known mistake) and the command that shows the details.
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("✗ part1_ppo_core.calc_value_function_loss: failing"))
+    assert "[known mistake: sum_instead_of_mean]" in lines[at + 1]
+    assert lines[at + 2].strip() == "details: pytest tests/test_part1_ppo_core.py -k calc_value_function_loss"
+    assert "timed out" in rows["calc_entropy_bonus"]["detail"]
+    # Not started: one line for the part, not one per exercise.
+    assert [line for line in lines if "not started (" in line] == [
+        "· part1_ppo_core: 2 of 8 exercises not started (PPOScheduler, make_optimizer)"]
+    assert grade_s < 60, f"grade took {grade_s:.0f} s"
+
+    # Plain pytest on the part: one timeout, then the hung function fails at once wherever it is called.
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/test_part1_ppo_core.py", "-q", "-p", "no:cacheprovider",
+                           "--timeout=3"], cwd=root, capture_output=True, text=True, timeout=120, env=env)
+    assert time.monotonic() - start < 60
+    # Count in the failure reports only: with CI=true pytest repeats each whole message in its short summary.
+    reports = proc.stdout.split("short test summary info")[0]
+    assert reports.count("s of CPU time in exercises/part1_ppo_core.py::calc_entropy_bonus (") == 1, proc.stdout[-3000:]
+    assert "calc_entropy_bonus timed out earlier in this run" in proc.stdout
+
+    # The details command selects exactly that exercise's tests.
+    report = tmp_path / "details.jsonl"
+    subprocess.run([sys.executable, "-m", "pytest", "tests/test_part1_ppo_core.py", "-k", "calc_value_function_loss", "-q",
+                    "--collect-only", "-p", "no:cacheprovider", f"--workbook-report={report}"], cwd=root, capture_output=True,
+                   text=True, timeout=120, env=env)
+    records = [json.loads(line) for line in report.read_text().splitlines()]
+    assert {r["exercise"] for r in records} == {"calc_value_function_loss"}
+    assert sum(r["kind"] == "collected" for r in records) == rows["calc_value_function_loss"]["tests"]
+
+
+def test_pytest_has_a_per_test_timeout_that_keeps_a_hung_part_under_a_minute():
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert 0 < float(config["timeout"]) <= 30  # one timeout + startup + the other tests of the part < 60 s
+
+
+def test_details_command_excludes_exercises_whose_name_contains_this_one():
+    row = aggregate([{"kind": "collected", "nodeid": f"t::{e}", "part": "part3_rlhf", "exercise": e, "points": 1}
+                     for e in ("whiten", "masked_whiten")])[0]
+    assert row.command == 'pytest tests/test_part3_rlhf.py -k "whiten and not masked_whiten"'
+
+
+def test_shape_error_is_one_paragraph(tmp_path):
+    """What a learner sees when jaxtyping rejects an argument: the parameter, expected vs actual, the dimension."""
+    test = tmp_path / "test_shape.py"
+    test.write_text("import torch\n"
+                    "from exercises.part1_ppo_core import compute_advantages\n\n"
+                    "def test_wrong_num_envs():\n"
+                    "    compute_advantages(torch.zeros(3), torch.zeros(3, dtype=torch.bool), torch.zeros(5, 4),\n"
+                    "                       torch.zeros(5, 4), torch.zeros(5, 4, dtype=torch.bool), 0.99, 0.95)\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(test), "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
+                           "-c", str(ROOT / "pyproject.toml")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    failure = proc.stdout.split(" FAILURES ")[1].split("short test summary")[0]
+    assert len([line for line in failure.splitlines() if line.strip() and not line.startswith(("_", "="))]) <= 5, failure
+    assert ("compute_advantages() rejected parameter 'rewards': expected Float[Tensor, 'buffer_size num_envs'], "
+            "got f32[5,4]") in failure
+    assert "dimension num_envs: 4 here, but 3 in the earlier arguments (set by next_value: f32[3]" in failure
 
 
 def test_pytest_rejects_an_unknown_impl():

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from workbook.cartpole import STEP_COUNTER_ID, make_vector_env
-from workbook.checking import WrongAnswer, check_exercise, explain, known_mistake, matching_mistakes
+from workbook.checking import WrongAnswer, check_exercise, describe_network, explain, known_mistake, matching_mistakes
 
 PART = "part2_cartpole"
 POINTS = {
@@ -42,24 +42,6 @@ def flat_parameters(net: nn.Module) -> torch.Tensor:
 
 
 # --- get_actor_and_critic ------------------------------------------------------------------
-
-def describe_network(net: nn.Module) -> list[dict]:
-    """Layer by layer: type; for Linear layers the shape, the gain (mean singular value of the
-    weight), whether all singular values are equal (orthogonal init), and the largest |bias|."""
-    layers = []
-    for module in net.modules():
-        if list(module.children()):
-            continue
-        if isinstance(module, nn.Linear):
-            singular = torch.linalg.svdvals(module.weight.detach().double())
-            layers.append({"layer": "Linear", "weight shape": tuple(module.weight.shape),
-                           "gain": singular.mean().item(),
-                           "orthogonal": bool((singular.max() - singular.min()) / singular.mean() < 1e-4),
-                           "largest |bias|": module.bias.detach().abs().max().item()})
-        else:
-            layers.append({"layer": type(module).__name__})
-    return layers
-
 
 @pytest.mark.exercise("get_actor_and_critic")
 @pytest.mark.parametrize("num_obs,num_actions,hidden_size", [(4, 2, 64), (3, 5, 32)])
@@ -96,13 +78,13 @@ def test_initial_policy_is_almost_uniform(impl):
 # --- PPOAgent.play_step --------------------------------------------------------------------
 
 def record_rollout(impl, ref, agent_cls, *, env_id: str, num_envs: int, steps: int, actor=None, critic=None,
-                   seed: int = 0, **env_kwargs) -> dict:
+                   seed: int = 0, gamma: float = GAMMA, **env_kwargs) -> dict:
     """Run ``steps`` play_steps of ``agent_cls`` from a seeded start; return the memory and the agent's state."""
     if actor is None:
         actor, critic = reference_networks(ref, seed)
     envs = make_vector_env(env_id, num_envs, **env_kwargs)
     memory = impl.ReplayMemory()
-    agent = agent_cls(envs, actor, critic, memory, GAMMA, seed=seed)
+    agent = agent_cls(envs, actor, critic, memory, gamma, seed=seed)
     torch.manual_seed(seed + 1)
     for _ in range(steps):
         agent.play_step()
@@ -125,7 +107,8 @@ def test_play_step_matches_reference_on_cartpole(impl, ref, num_envs, max_episod
 
     check_exercise(impl, ref, "PPOAgent", run,
                    call=f"PPOAgent(CartPole-v1 × {num_envs}, max_episode_steps={max_episode_steps}, seeded reference "
-                        f"networks).play_step() × 40, then memory.stacked() and the agent's next_obs/next_done/step")
+                        f"networks).play_step() × 40, then memory.stacked() and the agent's next_obs/next_done/step",
+                   cache_key=f"cartpole rollout {num_envs} {max_episode_steps}")
 
 
 @pytest.mark.exercise("PPOAgent")
@@ -146,13 +129,13 @@ def step_counter_networks():
     return actor, critic
 
 
-def step_counter_rollout(impl, ref, cls, **env_kwargs) -> dict:
+def step_counter_rollout(impl, ref, cls, gamma: float = GAMMA, **env_kwargs) -> dict:
     actor, critic = step_counter_networks()
     record = record_rollout(impl, ref, cls, env_id=STEP_COUNTER_ID, num_envs=1, steps=6, actor=actor, critic=critic,
-                            **env_kwargs)
+                            gamma=gamma, **env_kwargs)
     # Discounted return of the first step, from the memory, with the reference GAE at λ = 1.
     advantages = ref.compute_advantages(critic(record["next_obs"]).detach().squeeze(-1), record["next_done"],
-                                        record["rewards"], record["values"], record["dones"], GAMMA, 1.0)
+                                        record["rewards"].detach(), record["values"], record["dones"], gamma, 1.0)
     return {"obs": record["obs"].flatten(), "values": record["values"].flatten(), "rewards": record["rewards"].flatten(),
             "dones": record["dones"].flatten(), "return of the first step": (advantages + record["values"])[0, 0]}
 
@@ -222,18 +205,21 @@ def gradient(net: nn.Module) -> torch.Tensor:
 
 
 @pytest.mark.exercise("compute_ppo_objective")
-@pytest.mark.parametrize("seed,ent_coef", [(0, 0.01), (1, 0.1)])
-def test_ppo_objective_and_its_gradients_match_reference(impl, ref, seed, ent_coef):
+@pytest.mark.parametrize("seed,ent_coef,clip_coef,vf_coef", [(0, 0.01, 0.2, 0.5), (1, 0.1, 0.2, 0.5), (2, 0.0, 0.1, 0.25),
+                                                             (3, 0.05, 0.3, 1.0)])
+def test_ppo_objective_and_its_gradients_match_reference(impl, ref, seed, ent_coef, clip_coef, vf_coef):
     def run(fn):
         actor, critic = reference_networks(ref, seed)
-        objective = fn(actor, critic, make_minibatch(impl, seed), impl.PPOArgs(ent_coef=ent_coef))
+        args = impl.PPOArgs(ent_coef=ent_coef, clip_coef=clip_coef, vf_coef=vf_coef)
+        objective = fn(actor, critic, make_minibatch(impl, seed), args)
         if objective.requires_grad:
             objective.backward()
         return {"objective": objective.detach(), "gradient w.r.t. the actor": gradient(actor),
                 "gradient w.r.t. the critic": gradient(critic)}
 
     check_exercise(impl, ref, "compute_ppo_objective", run,
-                   call=f"compute_ppo_objective(actor, critic, minibatch of 32, PPOArgs(ent_coef={ent_coef})), then backward()")
+                   call=f"compute_ppo_objective(actor, critic, minibatch of 32, PPOArgs(ent_coef={ent_coef}, "
+                        f"clip_coef={clip_coef}, vf_coef={vf_coef})), then backward()")
 
 
 # --- learning_phase ------------------------------------------------------------------------
@@ -251,7 +237,26 @@ def test_learning_phase_matches_reference(impl, ref, seed, max_grad_norm):
 
     check_exercise(impl, ref, "learning_phase", run, rtol=1e-4, atol=1e-5,
                    call=f"learning_phase(actor, critic, 4 minibatches of 16, Adam(lr=1e-2), scheduler over 20 phases, "
-                        f"PPOArgs(max_grad_norm={max_grad_norm}))")
+                        f"PPOArgs(max_grad_norm={max_grad_norm}))", cache_key=f"learning phase {seed} {max_grad_norm}")
+
+
+def critic_only_objective(actor, critic, minibatch, args):
+    """A stand-in objective (Part 4 passes its own): −MSE of the critic, the actor gets no gradient."""
+    return -(critic(minibatch.obs).squeeze(-1) - minibatch.returns).pow(2).mean()
+
+
+@pytest.mark.exercise("learning_phase")
+def test_learning_phase_maximises_the_objective_it_is_given(impl, ref):
+    def run(fn):
+        actor, critic = reference_networks(ref, 3)
+        optimizer, scheduler = ref.make_optimizer(actor, critic, total_phases=5, initial_lr=1e-2)
+        minibatches = [make_minibatch(impl, 30 + i, size=16) for i in range(3)]
+        fn(actor, critic, minibatches, optimizer, scheduler, impl.PPOArgs(), objective=critic_only_objective)
+        return {"actor parameters after": flat_parameters(actor), "critic parameters after": flat_parameters(critic)}
+
+    check_exercise(impl, ref, "learning_phase", run, rtol=1e-4, atol=1e-5,
+                   call="learning_phase(actor, critic, 3 minibatches of 16, Adam(lr=1e-2), scheduler, PPOArgs(), "
+                        "objective=−(critic's MSE)): the objective passed in is the one to maximise")
 
 
 # --- given code: PPOArgs, ReplayMemory, episode statistics (not graded) ---------------------
@@ -310,3 +315,45 @@ def test_episode_statistics_ignore_the_reset_step():
         if "_episode" in infos:
             episodes.append((float(infos["episode"]["r"][0]), int(infos["episode"]["l"][0])))
     assert episodes == [(6.0, 3), (6.0, 3)]
+
+
+@pytest.mark.exercise("PPOAgent")
+def test_truncation_bootstrap_uses_the_agents_gamma(impl, ref):
+    # As above with γ = 0.9: the truncated step's reward is 3 + 0.9 · 13.
+    g = 0.9
+    expected = {
+        "obs": torch.tensor([0.0, 1, 2, 3, 0, 1]),
+        "values": torch.tensor([10.0, 11, 12, 13, 10, 11]),
+        "rewards": torch.tensor([1.0, 2, 3 + 13 * g, 0, 1, 2]),
+        "dones": torch.tensor([False, False, False, True, False, False]),
+        "return of the first step": torch.tensor(1 + 2 * g + g**2 * (3 + 13 * g)),
+    }
+    check_step_counter(impl, ref, expected, "PPOAgent(StepCounter, max_episode_steps=3, V(k) = 10 + k, gamma=0.9)"
+                       ".play_step() × 6", max_episode_steps=3, gamma=g)
+
+
+@pytest.mark.exercise("PPOAgent")
+def test_terminated_and_truncated_on_the_same_step_is_not_bootstrapped(impl, ref):
+    # terminate_at=3 and a 3-step time limit: gymnasium reports both on step 3. The episode
+    # really ended (termination wins), so nothing is bootstrapped: as in the terminated case.
+    expected = {
+        "obs": torch.tensor([0.0, 1, 2, 3, 0, 1]),
+        "values": torch.tensor([10.0, 11, 12, 13, 10, 11]),
+        "rewards": torch.tensor([1.0, 2, 3, 0, 1, 2]),
+        "dones": torch.tensor([False, False, False, True, False, False]),
+        "return of the first step": torch.tensor(1 + 2 * GAMMA + 3 * GAMMA**2),
+    }
+    check_step_counter(impl, ref, expected, "PPOAgent(StepCounter(terminate_at=3), max_episode_steps=3, V(k) = 10 + k)"
+                       ".play_step() × 6", terminate_at=3, max_episode_steps=3)
+
+
+@pytest.mark.exercise("PPOAgent")
+def test_truncation_bootstrap_stores_no_autograd_graph(impl, ref):
+    actor, critic = step_counter_networks()
+    record = record_rollout(impl, ref, impl.PPOAgent, env_id=STEP_COUNTER_ID, num_envs=1, steps=6, actor=actor,
+                            critic=critic, max_episode_steps=3)
+    carrying = [k for k in ("obs", "logprobs", "values", "rewards") if record[k].requires_grad]
+    if carrying:
+        raise WrongAnswer(explain("PPOAgent(StepCounter, max_episode_steps=3).play_step() × 6",
+                                  f"stored {', '.join(carrying)} require grad after a truncation: the bootstrap "
+                                  "value was computed with autograd on", [mistake("PPOAgent", "bootstrap_value_with_grad")]))

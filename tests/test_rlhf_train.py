@@ -58,3 +58,23 @@ def test_rlhf_help_runs(capsys):
         main(["--help"])
     assert exit_info.value.code == 0
     assert "--kl-coef" in capsys.readouterr().out
+
+
+def test_curves_are_a_labelled_grid_against_the_iteration(tmp_path):
+    from matplotlib.image import imread
+
+    from workbook.rlhf.train import save_curves
+
+    history = [{"iteration": i + 1, "time/ppo_s": 0.9 * (i + 1), "env/reward_mean": 0.01 * i, "objective/kl": 0.05 * i,
+                "objective/kl_coef": 0.05, "objective/entropy": 1.0, "env/distinct2": 0.5, "tokens/responses_len_mean": 30.0}
+               for i in range(20)]
+    fig = save_curves(history, tmp_path / "curves.png", "t", kl_target=4.0, reference_reward=0.03)
+    height, width = imread(tmp_path / "curves.png").shape[:2]
+    assert width / height < 2.5, "a grid, not a strip"
+    assert len(fig.axes) == 6 and all(ax.get_ylabel() for ax in fig.axes)
+    assert {ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()} == {"PPO iteration"}
+    assert max(fig.axes[0].lines[0].get_xdata()) == 20, "x is the iteration, not wall time"
+    baselines = {ax.get_ylabel(): [tuple(line.get_ydata()) for line in ax.lines if len(set(line.get_ydata())) == 1]
+                 for ax in fig.axes[:2]}
+    assert (0.03, 0.03) in baselines["reward (mean score of the batch)"], "the reference model's reward as a baseline"
+    assert (4.0, 4.0) in baselines["KL to reference (nats / review)"], "the KL target on the KL panel"

@@ -2,7 +2,9 @@
 
 - exercises/X.py is solutions/X.py with the exercise bodies replaced by a stub;
 - every exercise a test grades is a stub in exercises/ and implemented in solutions/;
-- every exercise has at least three known-wrong versions with the reference's signature.
+- every exercise has at least three known-wrong versions with the reference's signature;
+- every exercise of Parts 1–3 (and of any part that registers one) has a correct alternative
+  with the reference's signature (tests/test_alternatives_pass.py proves each one passes).
 The stub checks are skipped with --impl=exercises, where a learner has filled stubs in.
 """
 
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from workbook import mistakes
+from workbook import alternatives, mistakes
 from workbook.mirror import exercise_names, make_exercise_text, mirror_problems, stubbed_functions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,8 +71,21 @@ def test_every_exercise_has_three_known_mistakes(solution):
         assert len(found) >= 3, f"{solution.stem}.{exercise} has {len(found)} known mistakes; keep at least 3"
 
 
-@pytest.mark.parametrize("mistake", mistakes.all_mistakes(), ids=lambda m: m.id)
-def test_mistake_has_the_reference_signature(mistake):
+PARTS_NEEDING_ALTERNATIVES = {"part1_ppo_core", "part2_cartpole", "part3_rlhf"}
+
+
+@pytest.mark.parametrize("solution", SOLUTION_FILES, ids=[p.stem for p in SOLUTION_FILES])
+def test_every_exercise_has_a_correct_alternative(solution):
+    registered = {a.part for a in alternatives.all_alternatives()}
+    if solution.stem not in PARTS_NEEDING_ALTERNATIVES | registered:
+        pytest.skip(f"{solution.stem} registers no alternatives yet (workbook/alternatives/{solution.stem}.py)")
+    missing = [e for e in points_of(solution.stem) if not alternatives.alternatives_for(solution.stem, e)]
+    assert not missing, f"{solution.stem}: no correct alternative in workbook/alternatives/ for {missing}"
+
+
+@pytest.mark.parametrize("mistake", mistakes.all_mistakes() + alternatives.all_alternatives(),
+                         ids=lambda m: m.choice)
+def test_variant_has_the_reference_signature(mistake):
     reference = getattr(importlib.import_module(f"solutions.{mistake.part}"), mistake.exercise)
     if inspect.isclass(reference):
         assert inspect.isclass(mistake.impl), f"{mistake.id} must be a class like {mistake.exercise}"

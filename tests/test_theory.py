@@ -24,7 +24,7 @@ DOC = ROOT / "part0_theory.md"
 FIGURE_SCRIPT = ROOT / "scripts" / "make_figures.py"
 MAX_FIGURE_BYTES = 150 * 1024
 
-# Section number -> phrases the section must contain (case-insensitive): the nine topics.
+# Section number -> phrases the section must contain (case-insensitive): the ten topics.
 TOPICS = {
     1: ["state", "action", "policy", "trajectory", "reward", "language model"],
     2: ["log-derivative", "policy-gradient theorem", "REINFORCE", "variance"],
@@ -37,6 +37,12 @@ TOPICS = {
     8: ["reward model", "Bradley–Terry", "value head", "per-token reward", "k3", "adaptive",
         "reward hacking", "mode collapse", "whiten"],
     9: ["common mistakes"],
+    10: ["sampled baseline", "leave-one-out", "unbiased", "standard deviation", "k3", "length normalisation",
+         "closed form", "implicit reward", "Bradley–Terry", "Z(x)"],
+    12: ["Independent", "log_prob", "does not depend on the state", "clip",
+         "store", "parallel formula", "frozen", "discounted return", "Divide only"],
+    11: ["torchrun", "rank", "all-reduce", "divided by $N$", "equal shares", "seed", "broadcast", "whiten",
+         "global batch", "timeout"],
 }
 
 EXERCISE_REF = re.compile(r"`((?:exercises|solutions)/part\d+_\w+\.py)::([\w.]+)`")
@@ -111,9 +117,9 @@ def table_after(marker: str) -> list[list[str]]:
 
 # --- structure --------------------------------------------------------------------------
 
-def test_all_nine_topics_are_present():
+def test_all_topics_are_present():
     found = sections()
-    assert sorted(found) == list(range(1, 10)), f"expected sections 1..9 (headings '## N. ...'), found {sorted(found)}"
+    assert sorted(found) == sorted(TOPICS), f"expected sections {sorted(TOPICS)} (headings '## N. ...'), found {sorted(found)}"
     for n, phrases in TOPICS.items():
         missing = [p for p in phrases if p.lower() not in found[n].lower()]
         assert not missing, f"section {n} no longer mentions {missing}"
@@ -362,3 +368,81 @@ def test_worked_example_kl_estimators_match_reference():
     match = re.search(r"full KL = (\S+?)\.?\s", doc())
     assert match, "the KL example lost its 'full KL = ...' sentence"
     assert_printed(match.group(1), exact, "the full KL")
+
+
+# --- worked examples (d) and (e): GRPO/RLOO advantages, the DPO loss ---------------------------
+
+def numbers(cell: str) -> list[str]:
+    return [c.strip() for c in cell.split(",")]
+
+
+def test_worked_example_group_advantages_match_reference():
+    part5 = importlib.import_module("solutions.part5_beyond_ppo")
+    rows = table_after("grpo")
+    header, body = rows[0], rows[1:]
+    assert [re.search(r"`scale=\"(\w+)\"`", c).group(1) for c in header[2:5]] == ["group", "batch", "none"]
+    assert header[5] == "RLOO"
+    rewards = torch.tensor([number(c) for row in body for c in numbers(row[1])], dtype=torch.float64)
+    k = len(numbers(body[0][1]))
+    zeros = torch.zeros(len(rewards), 1, dtype=torch.float64)
+    columns = {2: part5.grpo_advantages(rewards, k, "group"), 3: part5.grpo_advantages(rewards, k, "batch"),
+               4: part5.grpo_advantages(rewards, k, "none"),
+               5: part5.rloo_advantages(rewards, zeros, zeros, torch.ones_like(zeros), k, 0.0)[0]}
+    for column, expected in columns.items():
+        for g, row in enumerate(body):
+            cells = numbers(row[column])
+            assert len(cells) == k, f"GRPO table, group {row[0]}: {len(cells)} numbers in {header[column]!r}"
+            for i, cell in enumerate(cells):
+                assert_printed(cell, expected[g * k + i].item(), f"{header[column]} of sample {i + 1} in group {row[0]}")
+
+
+def test_worked_example_dpo_matches_reference():
+    part5 = importlib.import_module("solutions.part5_beyond_ppo")
+    rows = table_after("dpo")
+    chosen, rejected = rows[1], rows[2]
+    assert chosen[0] == "chosen" and rejected[0] == "rejected"
+    beta = number(re.search(r"With β = (\S+) the margin", doc()).group(1))
+    one = torch.ones(1, 1)
+    args = [torch.tensor([[number(row[i])]]) for row, i in ((chosen, 1), (rejected, 1), (chosen, 2), (rejected, 2))]
+    loss, stats = part5.dpo_loss(*args, one, one, beta)
+    assert_printed(chosen[3], stats["rewards/chosen"].item(), "the implicit reward of the chosen response")
+    assert_printed(rejected[3], stats["rewards/rejected"].item(), "the implicit reward of the rejected response")
+    margin = re.search(r"the margin is (\S+) and", doc()).group(1)
+    assert_printed(margin, stats["rewards/margins"].item(), "the DPO margin")
+    assert_printed(re.search(r"DPO loss = (\S+?) ", doc()).group(1), loss.item(), "the DPO loss")
+
+
+def test_worked_example_gaussian_matches_reference():
+    import numpy as np
+
+    part4 = importlib.import_module("solutions.part4_continuous")
+    rows = {row[0]: row[1:] for row in table_after("gaussian")[1:]}
+    actor = part4.GaussianActor(1, 2, 4)
+    with torch.no_grad():  # a head of zeros: μ is its bias, whatever the observation
+        actor.mean[-1].weight.zero_()
+        actor.mean[-1].bias.copy_(torch.tensor([0.5, -0.3]))
+        actor.log_std.copy_(torch.tensor([-0.5, 0.2]))
+    sample = torch.tensor([[1.4, -1.0]], requires_grad=False)
+    dist = actor.dist(torch.zeros(1, 1))
+    sent = torch.as_tensor(part4.clip_action(sample, -np.ones(2, dtype=np.float32), np.ones(2, dtype=np.float32)))
+    log_prob = dist.log_prob(sample)
+    grad_mu, grad_log_std = torch.autograd.grad(log_prob.sum(), [dist.mean, actor.log_std])
+    expected = {
+        "$\\sigma = e^{\\log \\sigma}$": dist.stddev[0],
+        "$z = (a - \\mu)/\\sigma$": ((sample - dist.mean) / dist.stddev)[0],
+        "$\\log \\mathcal N(a_i; \\mu_i, \\sigma_i)$": torch.cat([dist.base_dist.log_prob(sample)[0], log_prob]),
+        "entropy": torch.cat([dist.base_dist.entropy()[0], dist.entropy()]),
+        "$\\partial \\log \\pi / \\partial \\mu_i$": grad_mu[0],
+        "$\\partial \\log \\pi / \\partial \\log \\sigma_i$": grad_log_std,
+        "action sent, $\\mathrm{clip}(a)$": sent[0],
+        "$\\log \\mathcal N(\\mathrm{clip}(a)_i; \\mu_i, \\sigma_i)$":
+            torch.cat([dist.base_dist.log_prob(sent)[0], dist.log_prob(sent)]),
+    }
+    assert set(rows) == set(expected), f"Gaussian table rows: {sorted(rows)}"
+    for label, values in expected.items():
+        cells = [c for c in rows[label] if c]
+        assert len(cells) == len(values), f"Gaussian table, row {label!r}: {len(cells)} numbers, expected {len(values)}"
+        for cell, value in zip(cells, values.tolist()):
+            assert_printed(cell, value, f"{label} in the Gaussian example")
+    ratio = re.search(r"= (\S+) before a single gradient step", doc()).group(1)
+    assert_printed(ratio, (dist.log_prob(sent) - log_prob).exp().item(), "the ratio of a stored clipped action")

@@ -11,19 +11,28 @@ COMMANDS = {
     "grade": ("workbook.grading", "grade table: one row per exercise (--impl, --json)"),
     "stubs": ("workbook.mirror", "write exercises/X.py from solutions/X.py (maintainers)"),
     "cartpole": ("workbook.cartpole.train", "Part 2: train PPO on CartPole-v1 (--impl, wandb offline)"),
+    "continuous": ("workbook.continuous.train", "Part 4: train a Gaussian-policy PPO agent on MuJoCo (--env)"),
     "pretrain": ("workbook.lm.pretrain", "Part 3: pretrain the tiny review GPT (cached)"),
     "rlhf": ("workbook.rlhf.train", "Part 3: RLHF 'write a positive review' end to end"),
     "main": ("workbook.main_job", "the main job: grade the reference, train CartPole, run RLHF"),
 }
 
 
+def usage() -> str:
+    lines = ["usage: python -m workbook COMMAND [options]   (python -m workbook COMMAND --help for its options)",
+             "", "commands:"]
+    return "\n".join(lines + [f"  {name:<10} {text}" for name, (_, text) in COMMANDS.items()])
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: python -m workbook COMMAND [options]\n\ncommands:")
-        for name, (_, text) in COMMANDS.items():
-            print(f"  {name:<10} {text}")
-        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    if argv[0] not in COMMANDS:
+        print(f"error: command: unknown command {argv[0]!r} (commands: {', '.join(COMMANDS)}; "
+              "python -m workbook --help describes them)", file=sys.stderr)
+        return 2
     module = importlib.import_module(COMMANDS[argv[0]][0])
     return module.main(argv[1:]) or 0
 

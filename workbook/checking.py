@@ -107,7 +107,9 @@ def compare(got: Any, expected: Any, *, rtol: float = DEFAULT_RTOL, atol: float 
         if not isinstance(got, dict):
             return f"{path}: expected a dict, got {type(got).__name__}"
         if set(got) != set(expected):
-            return f"{path}: keys {sorted(got)}, expected {sorted(expected)}"
+            missing, unexpected = sorted(set(expected) - set(got), key=str), sorted(set(got) - set(expected), key=str)
+            return (f"{path}: the keys differ: missing {missing or 'none'}; unexpected {unexpected or 'none'} "
+                    f"({len(set(got) & set(expected))} keys in common)")
         for key in expected:
             problem = compare(got[key], expected[key], rtol=rtol, atol=atol, path=f"{path}[{key!r}]")
             if problem:
@@ -146,14 +148,59 @@ def _compare_values(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol
     return "\n".join(lines)
 
 
+def describe_network(net: torch.nn.Module) -> list[dict]:
+    """Layer by layer: type; for Linear layers the shape, the gain (mean singular value of the
+    weight), whether all singular values are equal (orthogonal init), and the largest |bias|."""
+    layers = []
+    for module in net.modules():
+        if list(module.children()):
+            continue
+        if isinstance(module, torch.nn.Linear):
+            singular = torch.linalg.svdvals(module.weight.detach().double())
+            layers.append({"layer": "Linear", "weight shape": tuple(module.weight.shape),
+                           "gain": singular.mean().item(),
+                           "orthogonal": bool((singular.max() - singular.min()) / singular.mean() < 1e-4),
+                           "largest |bias|": module.bias.detach().abs().max().item()})
+        else:
+            layers.append({"layer": type(module).__name__})
+    return layers
+
+
 # --- the checks tests call ------------------------------------------------------------
 
-def matching_mistakes(part: str, exercise: str, run: Callable[[Any], Any], got: Any, *, rtol: float, atol: float) -> list[str]:
-    """Labels of the known mistakes whose output on the same inputs equals ``got``."""
+_CACHE: dict[tuple[str, int], Any] = {}
+
+
+def _run_cached(run: Callable[[Any], Any], obj: Any, cache_key: str | None) -> Any:
+    """``run(obj)``, memoised under ``cache_key`` for the reference and known mistakes (deterministic
+    code whose output on the same seeded inputs never changes): slow checks such as whole PPO
+    steps then run each of them once per process, not once per test that needs them."""
+    if cache_key is None:
+        return run(obj)
+    key = (cache_key, id(obj))
+    if key not in _CACHE:
+        try:
+            _CACHE[key] = (True, run(obj))
+        except Exception as e:  # noqa: BLE001 - remembered and re-raised
+            _CACHE[key] = (False, e)
+    ok, value = _CACHE[key]
+    if not ok:
+        raise value
+    return value
+
+
+def matching_mistakes(part: str, exercise: str, run: Callable[[Any], Any], got: Any, *, rtol: float, atol: float,
+                      suspects: list[str] | tuple[str, ...] | None = None, cache_key: str | None = None) -> list[str]:
+    """Labels of the known mistakes whose output on the same inputs equals ``got``.
+
+    ``suspects`` (mistake names) limits the search to the mistakes a check is about, for slow checks.
+    """
     labels = []
     for m in mistakes.mistakes_for(part, exercise):
+        if suspects is not None and m.name not in suspects:
+            continue
         try:
-            if compare(got, run(m.impl), rtol=rtol, atol=atol) is None:
+            if compare(got, _run_cached(run, m.impl, cache_key), rtol=rtol, atol=atol) is None:
                 labels.append(m.label)
         except Exception:  # a mistake that cannot even run on these inputs matches nothing
             continue
@@ -161,18 +208,22 @@ def matching_mistakes(part: str, exercise: str, run: Callable[[Any], Any], got: 
 
 
 def check_exercise(impl: Any, ref: Any, exercise: str, run: Callable[[Any], Any], *, call: str,
-                   rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> Any:
+                   rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+                   suspects: list[str] | tuple[str, ...] | None = None, cache_key: str | None = None) -> Any:
     """Run ``run(impl.<exercise>)`` and ``run(ref.<exercise>)`` and require equal results.
 
     ``run`` receives the function or class under test and returns what should be compared;
     it must build fresh inputs each time it is called (known mistakes are run through it too).
-    Returns the learner's output.
+    Returns the learner's output. For slow checks, ``suspects`` limits the known mistakes tried
+    for a name, and ``cache_key`` (unique to the check and its inputs) memoises the reference's
+    and the known mistakes' outputs.
     """
-    expected = run(getattr(ref, exercise))
+    expected = _run_cached(run, getattr(ref, exercise), cache_key)
     got = run(getattr(impl, exercise))
     problem = compare(got, expected, rtol=rtol, atol=atol)
     if problem is not None:
-        raise WrongAnswer(explain(call, problem, matching_mistakes(part_of(ref), exercise, run, got, rtol=rtol, atol=atol)))
+        raise WrongAnswer(explain(call, problem, matching_mistakes(part_of(ref), exercise, run, got, rtol=rtol, atol=atol,
+                                                                  suspects=suspects, cache_key=cache_key)))
     return got
 
 

@@ -1,7 +1,14 @@
-"""Command-line options from an arguments dataclass (CleanRL style: one docstring per field).
+"""Command-line options: strict parsing, options from an arguments dataclass, validation helpers.
 
-Each field becomes ``--field-name`` with its default, its type, and the one-line docstring
-written under it as the help text; booleans become ``--flag/--no-flag``.
+- :func:`make_parser` is an ``argparse`` parser whose errors raise
+  :class:`~workbook.runs.ConfigError` (so :func:`workbook.runs.command` prints them as one line,
+  exit status 2) and that accepts ``--debug`` (show the traceback of an error).
+- :func:`add_dataclass_arguments` turns each field of a dataclass (CleanRL style: one docstring
+  per field) into ``--field-name`` with its default, its type and that docstring as help;
+  booleans become ``--flag/--no-flag``, ``Literal[...]`` fields get their choices declared.
+- :func:`parse_value` reads ``FIELD=VALUE`` overrides with the same strictness (an ``int``
+  field rejects ``2.5``).
+- :func:`require` and friends raise ``ConfigError`` for ranges and divisibility.
 """
 
 from __future__ import annotations
@@ -10,11 +17,43 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import math
+import re
 import textwrap
-from typing import Any, TypeVar
+import types
+import typing
+from typing import Any, Literal, TypeVar
+
+from workbook.runs import ConfigError
 
 T = TypeVar("T")
 
+
+class StrictParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors raise ConfigError instead of printing usage and exiting."""
+
+    def error(self, message: str):  # noqa: D102 (argparse's hook)
+        found = re.match(r"argument ([^:]+): (.*)", message, re.S)
+        if found:
+            field, what = found.group(1).split("/")[0], found.group(2)
+            raise ConfigError(field, what)
+        found = re.match(r"unrecognized arguments: (\S+)", message)
+        if found:
+            raise ConfigError(found.group(1), f"unknown option ({self.prog} --help lists the options)")
+        found = re.match(r"the following arguments are required: (.*)", message)
+        if found:
+            raise ConfigError(found.group(1), "required")
+        raise ConfigError(self.prog, message)
+
+
+def make_parser(prog: str, description: str | None = None, **kwargs: Any) -> StrictParser:
+    """The parser every command uses: one-line errors (with :func:`workbook.runs.command`) and ``--debug``."""
+    parser = StrictParser(prog=prog, description=description, allow_abbrev=False, **kwargs)
+    parser.add_argument("--debug", action="store_true", help="on an error, also show the traceback")
+    return parser
+
+
+# --- options from a dataclass ------------------------------------------------------------------
 
 def field_docs(cls: type) -> dict[str, str]:
     """The docstrings written under a dataclass's fields, by field name."""
@@ -24,20 +63,124 @@ def field_docs(cls: type) -> dict[str, str]:
             if isinstance(stmt, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)}
 
 
+def field_types(cls: type) -> dict[str, Any]:
+    """Each field's annotation, resolved (``Optional[X]`` / ``X | None`` becomes ``X``)."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        hint = hints.get(f.name, Any)
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(hint) if a is not type(None)]
+            hint = args[0] if len(args) == 1 else hint
+        out[f.name] = hint
+    return out
+
+
+def choices_of(hint: Any) -> tuple | None:
+    """The allowed values of a ``Literal[...]`` annotation, else None."""
+    return typing.get_args(hint) if typing.get_origin(hint) is Literal else None
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
     """One option per field of ``cls`` (a dataclass whose fields all have defaults)."""
-    docs = field_docs(cls)
+    docs, hints = field_docs(cls), field_types(cls)
     for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = _default(f)
         flag = f"--{f.name.replace('_', '-')}"
-        help_text = f"{docs.get(f.name, '')} (default: {default})"
+        choices = choices_of(hints[f.name])
         if isinstance(default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=docs.get(f.name))
+        elif choices:
+            parser.add_argument(flag, choices=choices, default=default,
+                                help=f"{docs.get(f.name, '')} (default: {default})")
         else:
-            parser.add_argument(flag, type=type(default), default=default, help=help_text)
+            parser.add_argument(flag, type=type(default), default=default,
+                                help=f"{docs.get(f.name, '')} (default: {default})")
 
 
 def dataclass_from_args(cls: type[T], namespace: argparse.Namespace, **overrides: Any) -> T:
     """Build ``cls`` from the parsed options that name its fields."""
     values = {f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)}
     return cls(**(values | overrides))
+
+
+def parse_value(field: str, hint: Any, text: str) -> Any:
+    """``text`` as a value of type ``hint``; ConfigError(field, ...) if it is not one (``2.5`` is no int)."""
+    choices = choices_of(hint)
+    if choices:
+        if text not in choices:
+            raise ConfigError(field, f"invalid choice {text!r} (choose from {', '.join(map(str, choices))})")
+        return text
+    try:
+        if hint is bool:
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return text.lower() in ("true", "1", "yes")
+        if hint is int:
+            try:
+                return int(text)
+            except ValueError:
+                number = float(text)  # accept 1e5, reject 2.5
+                if not number.is_integer():
+                    raise
+                return int(number)
+        if hint is float:
+            value = float(text)
+            if math.isnan(value):
+                raise ValueError
+            return value
+    except ValueError:
+        raise ConfigError(field, f"expected {getattr(hint, '__name__', hint)}, got {text!r}") from None
+    return text
+
+
+def parse_overrides(items: list[str], cls: type, option: str = "--set") -> dict[str, Any]:
+    """``["lr=1e-3", ...]`` as ``{"lr": 0.001}``, each checked against ``cls``'s fields and types."""
+    hints = field_types(cls)
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(option, f"expected FIELD=VALUE, got {item!r}")
+        if key not in hints:
+            raise ConfigError(option, f"{cls.__name__} has no field {key!r} (fields: {', '.join(hints)})")
+        out[key] = parse_value(key, hints[key], value)
+    return out
+
+
+# --- validation --------------------------------------------------------------------------------
+
+def require(ok: bool, field: str, message: str) -> None:
+    """Raise ConfigError(field, message) unless ``ok``."""
+    if not ok:
+        raise ConfigError(field, message)
+
+
+def require_choices(obj: Any) -> None:
+    """Every ``Literal[...]`` field of the dataclass instance ``obj`` holds one of its choices."""
+    for name, hint in field_types(type(obj)).items():
+        choices = choices_of(hint)
+        if choices and getattr(obj, name) not in choices:
+            raise ConfigError(f"--{name.replace('_', '-')}",
+                              f"invalid choice {getattr(obj, name)!r} (choose from {', '.join(map(str, choices))})")
+
+
+def require_positive(field: str, value: float) -> None:
+    require(value > 0, field, f"must be > 0, got {value!r}")
+
+
+def require_at_least(field: str, value: float, low: float) -> None:
+    require(value >= low, field, f"must be ≥ {low:g}, got {value!r}")
+
+
+def require_in(field: str, value: float, low: float, high: float, *, open_low: bool = False) -> None:
+    ok = (low < value if open_low else low <= value) and value <= high
+    require(ok, field, f"must be in {'(' if open_low else '['}{low:g}, {high:g}], got {value!r}")
+
+
+def require_divides(field: str, value: int, whole_name: str, whole: int) -> None:
+    require(value > 0 and whole % value == 0, field, f"{value} does not divide {whole_name} = {whole}")

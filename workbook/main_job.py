@@ -5,9 +5,16 @@ from __future__ import annotations
 import sys
 
 from workbook import grading
+from workbook.cli import make_parser
+from workbook.runs import command
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
+    make_parser("python -m workbook main",
+                "The main job: grade the reference solutions, train CartPole (3 seeds), then run RLHF "
+                "(pretraining the review GPT once if it is not cached). Takes about 3 minutes on a 2-core CPU; "
+                "writes runs/.").parse_args(argv)
     print("== 1. Grade table for the reference solutions ==", flush=True)
     code = grading.main(["--impl", "solutions", "--strict"])
     if code:

@@ -11,6 +11,9 @@ import ast
 import copy
 from pathlib import Path
 
+from workbook.cli import make_parser
+from workbook.runs import ConfigError, command
+
 ROOT = Path(__file__).resolve().parent.parent
 FunctionNode = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -99,14 +102,14 @@ def make_exercise_text(solution_text: str, names: set[str]) -> str:
     return "".join(lines)
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m workbook stubs",
-                                     description="Write exercises/X.py from solutions/X.py, stubbing the named functions.")
+    parser = make_parser("python -m workbook stubs", "Write exercises/X.py from solutions/X.py, stubbing the named functions.")
     parser.add_argument("solution", type=Path, help="e.g. solutions/part1_ppo_core.py")
     parser.add_argument("names", nargs="*", help="dotted names to stub (default: the stubs already in exercises/X.py)")
     args = parser.parse_args(argv)
+    if not args.solution.is_file():
+        raise ConfigError("solution", f"{args.solution} is not a file (expected e.g. solutions/part1_ppo_core.py)")
     target = ROOT / "exercises" / args.solution.name
     names = set(args.names) or stubbed_functions(target)
     target.write_text(make_exercise_text(args.solution.read_text(), names))

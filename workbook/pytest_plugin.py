@@ -3,12 +3,22 @@
 - ``--impl=exercises|solutions`` (env ``WORKBOOK_IMPL`` as fallback, default exercises)
   picks the implementation the ``impl`` fixture returns; ``ref`` is always the reference,
   used only as the oracle. ``--impl=mistake:PART:EXERCISE:NAME`` swaps one known-wrong
-  version into the reference, and ``--impl=mistakes`` runs each exercise's tests once per
-  known mistake (the meta-test reads the results).
+  version into the reference (``alternative:PART:EXERCISE:NAME`` one correct alternative), and
+  ``--impl=mistakes`` / ``alternatives`` / ``variants`` (both) runs each exercise's tests once
+  per variant of that exercise; ``--variant-shard=I/K`` keeps every K-th variant from the I-th
+  (the meta-tests run K shards in parallel and read the results; see workbook/variants.py).
 - A test that hits a stub (``NotImplementedError`` raised in exercises/) is reported as
   *not started*, not as a traceback, and the end of the run prints one line per exercise.
 - ``--workbook-report=PATH`` writes one JSON line per collected exercise test and per
   result, for the ``grade`` command.
+- Hangs cost seconds: every test has pytest-timeout's limit (``timeout`` in pyproject.toml, in
+  CPU seconds, with a wall-clock backstop; tests marked ``slow`` that grade no exercise get
+  ``SLOW_TIMEOUT_S``). When a test times out
+  inside a function of exercises/, that function is replaced for the rest of the run by one
+  that fails at once, so the exercise's other tests (and everything that calls it) stop
+  immediately instead of each waiting for its own timeout; the result reads "timed out".
+- ``pytest -k compute_advantages`` selects an exercise's tests: the exercise name is a keyword
+  of each test marked with it.
 
 A test module declares ``PART = "part1_ppo_core"`` and ``POINTS = {exercise: points}``, and
 marks each grading test with ``@pytest.mark.exercise("compute_advantages")``.
@@ -21,37 +31,53 @@ import importlib.util
 import json
 import os
 import random
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from jaxtyping import TypeCheckError
 
-from workbook import mistakes
-from workbook.grading import FAILING, NOT_STARTED, PASSING, aggregate
+from workbook import mistakes, variants
+from workbook.grading import FAILING, NOT_STARTED, PASSING, TIMED_OUT, aggregate
+from workbook.typecheck import explain_type_error
 
 ROOT = Path(__file__).resolve().parent.parent
 EXERCISES_DIR = ROOT / "exercises"
-CHOICES = ("exercises", "solutions", "mistakes")
+VARIANT_RUNS = {"mistakes": ("mistake",), "alternatives": ("alternative",), "variants": ("mistake", "alternative")}
+CHOICES = ("exercises", "solutions", *VARIANT_RUNS)
+SLOW_TIMEOUT_S = 1800  # per-test limit of the `slow` tests that grade no exercise (the meta-tests run the suite)
+WALL_FACTOR = 4  # a test times out after `timeout` s of CPU time, or WALL_FACTOR times that of wall time
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("workbook")
     group.addoption("--impl", default=None,
-                    help="implementation under test: exercises (default), solutions, "
-                         "mistake:PART:EXERCISE:NAME, or mistakes (every known mistake)")
+                    help="implementation under test: exercises (default), solutions, mistake:PART:EXERCISE:NAME, "
+                         "alternative:PART:EXERCISE:NAME, mistakes (every known mistake), alternatives (every "
+                         "correct alternative) or variants (both)")
+    group.addoption("--variant-shard", default="0/1", metavar="I/K",
+                    help="with --impl=mistakes|alternatives|variants: run only every K-th variant, from the I-th")
     group.addoption("--workbook-report", default=None, metavar="PATH",
                     help="write per-test results as JSON lines (used by `python -m workbook grade`)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     choice = config.getoption("--impl") or os.environ.get("WORKBOOK_IMPL") or "exercises"
-    if choice not in CHOICES and not choice.startswith("mistake" + mistakes.SEPARATOR):
-        raise pytest.UsageError(f"--impl must be one of {', '.join(CHOICES)} or mistake:PART:EXERCISE:NAME, got {choice!r}")
-    if choice.startswith("mistake" + mistakes.SEPARATOR):
-        mistakes.get(choice.split(mistakes.SEPARATOR, 1)[1])  # fail early on a typo
+    if choice not in CHOICES:
+        try:
+            variants.from_choice(choice)  # fail early on a typo
+        except KeyError as e:
+            raise pytest.UsageError(f"--impl must be one of {', '.join(CHOICES)}, mistake:PART:EXERCISE:NAME or "
+                                    f"alternative:PART:EXERCISE:NAME, got {choice!r} ({e.args[0]})") from None
+    shard, _, shards = config.getoption("--variant-shard").partition("/")
+    if not (shard.isdigit() and shards.isdigit() and int(shard) < int(shards)):
+        raise pytest.UsageError(f"--variant-shard must be I/K with 0 <= I < K, got {config.getoption('--variant-shard')!r}")
+    config.workbook_shard = (int(shard), int(shards))
     config.workbook_impl = choice
     config.workbook_records = []
     path = config.getoption("--workbook-report")
@@ -66,7 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     settings.register_profile("workbook", database=None)
     settings.register_profile("workbook-mistakes", database=None, phases=(Phase.explicit, Phase.generate))
-    settings.load_profile("workbook-mistakes" if choice == "mistakes" else "workbook")
+    settings.load_profile("workbook-mistakes" if choice in VARIANT_RUNS else "workbook")
 
 
 def _record(config: pytest.Config, record: dict) -> None:
@@ -93,28 +119,34 @@ def _exercise_of(item: pytest.Item) -> tuple[str, str, int] | None:
 _loaded: dict[str, object] = {}
 
 
-def load_with_mistake(mistake_id: str):
-    """A fresh copy of the reference module for the mistake's part, with the mistake swapped in.
+def load_variant(choice: str):
+    """A fresh copy of the reference module for the variant's part, with the variant swapped in.
 
-    A copy (not a patched original) so the module's own functions see the wrong version too.
+    ``choice`` is 'mistake:PART:EXERCISE:NAME' or 'alternative:PART:EXERCISE:NAME'. A copy
+    (not a patched original) so the module's own functions see the swapped-in version too.
     """
-    if mistake_id not in _loaded:
-        m = mistakes.get(mistake_id)
-        name = f"solutions.{m.part}__{m.exercise}__{m.name}"
-        spec = importlib.util.spec_from_file_location(name, ROOT / "solutions" / f"{m.part}.py")
+    if choice not in _loaded:
+        v = variants.from_choice(choice)
+        name = f"solutions.{v.part}__{v.kind}__{v.exercise}__{v.name}"
+        spec = importlib.util.spec_from_file_location(name, ROOT / "solutions" / f"{v.part}.py")
         module = importlib.util.module_from_spec(spec)
-        module.__workbook_part__ = m.part
+        module.__workbook_part__ = v.part
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        setattr(module, m.exercise, m.impl)
-        _loaded[mistake_id] = module
-    return _loaded[mistake_id]
+        setattr(module, v.exercise, v.impl)
+        _loaded[choice] = module
+    return _loaded[choice]
+
+
+def load_with_mistake(mistake_id: str):
+    """:func:`load_variant` of a known mistake, by its id 'PART:EXERCISE:NAME'."""
+    return load_variant(mistakes.SEPARATOR.join(("mistake", mistake_id)))
 
 
 def load_impl(choice: str, part: str):
     if choice in ("exercises", "solutions"):
         return importlib.import_module(f"{choice}.{part}")
-    return load_with_mistake(choice.split(mistakes.SEPARATOR, 1)[1])
+    return load_variant(choice)
 
 
 @pytest.fixture(scope="module")
@@ -126,11 +158,11 @@ def ref(request: pytest.FixtureRequest):
 @pytest.fixture(scope="module")
 def impl(request: pytest.FixtureRequest):
     """The implementation under test for this test module's part (see --impl)."""
-    if hasattr(request, "param"):  # --impl=mistakes parametrises this fixture per mistake
-        return load_with_mistake(request.param)
+    if hasattr(request, "param"):  # --impl=mistakes|alternatives|variants parametrises this fixture per variant
+        return load_variant(request.param)
     choice = request.config.workbook_impl
-    if choice == "mistakes":
-        pytest.skip("no known mistakes are registered for this test's exercise")
+    if choice in VARIANT_RUNS:
+        pytest.skip("no variants of this test's exercise are in this run")
     return load_impl(choice, request.module.PART)
 
 
@@ -142,18 +174,37 @@ def _seed_everything():
     torch.manual_seed(0)
 
 
+def _variants_in_run(config: pytest.Config) -> list:
+    """The variants this run covers: the kinds --impl asks for, then every K-th of --variant-shard."""
+    if not hasattr(config, "_workbook_variants"):
+        found = [v for kind in VARIANT_RUNS[config.workbook_impl] for v in variants.registries()[kind].all()]
+        shard, shards = config.workbook_shard
+        config._workbook_variants = found[shard::shards]
+    return config._workbook_variants
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if metafunc.config.workbook_impl != "mistakes" or "impl" not in metafunc.fixturenames:
+    if metafunc.config.workbook_impl not in VARIANT_RUNS or "impl" not in metafunc.fixturenames:
         return
     marker = metafunc.definition.get_closest_marker("exercise")
     if marker is None:
         return
-    found = mistakes.mistakes_for(metafunc.module.PART, marker.args[0])
-    metafunc.parametrize("impl", [m.id for m in found], indirect=True, ids=[m.name for m in found], scope="module")
+    found = [v for v in _variants_in_run(metafunc.config) if (v.part, v.exercise) == (metafunc.module.PART, marker.args[0])]
+    if found:  # tests left unparametrised are deselected below
+        metafunc.parametrize("impl", [v.choice for v in found], indirect=True, ids=[f"{v.kind}-{v.name}" for v in found],
+                             scope="module")
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("exercise")
+    if marker is not None:  # `pytest -k NAME` selects the exercise's tests, whatever they are called
+        item.extra_keyword_matches.add(marker.args[0])
+    if item.get_closest_marker("slow") and marker is None and item.get_closest_marker("timeout") is None:
+        item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.workbook_impl == "mistakes":
+    if config.workbook_impl in VARIANT_RUNS:
         keep = [i for i in items if getattr(i, "callspec", None) and "impl" in i.callspec.params]
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
         items[:] = keep
@@ -162,13 +213,93 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def pytest_collection_finish(session: pytest.Session) -> None:
     # After -k/-m deselection, so a partial run grades only what it runs.
     config = session.config
-    if config.workbook_impl == "mistakes":
+    if config.workbook_impl in VARIANT_RUNS:
         return
     for item in session.items:
         found = _exercise_of(item)
         if found:
             part, exercise, points = found
             _record(config, {"kind": "collected", "nodeid": item.nodeid, "part": part, "exercise": exercise, "points": points})
+
+
+# --- hangs ----------------------------------------------------------------------------
+
+class ExerciseHung(Exception):
+    """Raised by an exercise function that already timed out once in this run."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(message)
+        self.exercise = name.split(".")[0]
+
+
+def _hung_exercise(frame) -> tuple[str, object, str] | None:
+    """(module file, module, 'Class.method' or 'function') of the innermost exercises/ frame on the stack."""
+    while frame is not None:
+        path = Path(frame.f_code.co_filename)
+        if EXERCISES_DIR in path.parents:
+            qualname = getattr(frame.f_code, "co_qualname", frame.f_code.co_name).split(".<locals>")[0]
+            module = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(path)), None)
+            if module is not None and "<" not in qualname:
+                return f"{path.relative_to(ROOT)}::{qualname}", module, qualname
+        frame = frame.f_back
+    return None
+
+
+def _stop_hung_function(module, qualname: str, where: str, nodeid: str, limit: str) -> None:
+    """Replace the hung function everywhere the learner's modules hold it by one that fails at once."""
+    *owners, name = qualname.split(".")
+    owner = module
+    for attr in owners:
+        owner = getattr(owner, attr)
+    original = getattr(owner, name, None)
+    message = (f"{where} timed out earlier in this run ({nodeid}, {limit}), so it is not called again: "
+               "look for a loop that never ends")
+
+    def hung(*args, **kwargs):
+        raise ExerciseHung(qualname, message)
+
+    setattr(owner, name, hung)
+    if owners or original is None:
+        return
+    for other in list(sys.modules.values()):  # `from .part1_ppo_core import compute_advantages` elsewhere
+        if getattr(other, "__name__", "").startswith("exercises") and getattr(other, name, None) is original:
+            setattr(other, name, hung)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings) -> bool | None:
+    """pytest-timeout's limit counted in CPU seconds (a wall-clock backstop at WALL_FACTOR times it), plus:
+    a test that times out inside an exercise stops that exercise.
+
+    CPU time, because an infinite loop burns it while a test slowed down by a busy machine does not,
+    so a shared 2-core laptop or CI runner does not turn slow tests into false timeouts.
+    """
+    if settings.method != "signal" or threading.current_thread() is not threading.main_thread():
+        return None  # pytest-timeout's own implementation (thread method)
+
+    def cancel():
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGPROF, signal.SIG_DFL)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+    def on_timeout(signum, frame):
+        cancel()
+        found = _hung_exercise(frame)
+        where = found[0] if found else item.name
+        item.workbook_timed_out = where
+        limit = (f"{settings.timeout:g} s of CPU time" if signum == signal.SIGPROF
+                 else f"{settings.timeout * WALL_FACTOR:g} s of wall time")
+        if found:
+            _stop_hung_function(found[1], found[2], where, item.nodeid, limit)
+        pytest.fail(f"timed out after {limit} in {where} (pytest-timeout; a loop that never ends?)", pytrace=False)
+
+    item.cancel_timeout = cancel
+    signal.signal(signal.SIGPROF, on_timeout)
+    signal.signal(signal.SIGALRM, on_timeout)
+    signal.setitimer(signal.ITIMER_PROF, settings.timeout)
+    signal.setitimer(signal.ITIMER_REAL, settings.timeout * WALL_FACTOR)
+    return True
 
 
 # --- results --------------------------------------------------------------------------
@@ -203,6 +334,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         # Our own explanation says everything; a traceback through the harness adds nothing.
         where = f"{item.path.name}:{item.location[1] + 1 if item.location[1] is not None else '?'}"
         report.longrepr = f"{item.name} ({where})\n{call.excinfo.value}"
+    if failed_here and call.excinfo.errisinstance(ExerciseHung):
+        report.longrepr = f"{item.name}\n{call.excinfo.value}"
+    if failed_here and stub is None and call.excinfo.errisinstance(TypeCheckError):
+        # jaxtyping's report is ~50 lines through its own internals; the paragraph that matters:
+        where = f"{item.path.name}:{item.location[1] + 1 if item.location[1] is not None else '?'}"
+        report.longrepr = f"{item.name} ({where})\nshape/dtype error: {explain_type_error(call.excinfo.value)}"
     if report.when == "call" or (report.when == "setup" and not report.passed):
         found = _exercise_of(item)
         if found is None:
@@ -210,6 +347,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         part, exercise, _ = found
         if getattr(report, "workbook_outcome", None) == NOT_STARTED:
             status, message = NOT_STARTED, report.longrepr[2]
+        elif report.failed and (getattr(item, "workbook_timed_out", None) or (
+                call.excinfo is not None and call.excinfo.errisinstance(ExerciseHung)
+                and call.excinfo.value.exercise == exercise)):
+            status, message = TIMED_OUT, _failure_text(call)
         elif report.passed:
             status, message = "passed", ""
         elif report.skipped:
@@ -219,7 +360,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         record = {"kind": "result", "nodeid": item.nodeid, "part": part, "exercise": exercise,
                   "outcome": status, "message": message[:4000], "duration": round(report.duration, 3)}
         if getattr(item, "callspec", None) and "impl" in item.callspec.params:
-            record["mistake"] = item.callspec.params["impl"]
+            v = variants.from_choice(item.callspec.params["impl"])
+            record["variant"] = v.choice
+            record[v.kind] = v.id  # record["mistake"] or record["alternative"]
             record["full_text"] = str(report.longrepr)[-20000:]
         _record(config, record)
 
@@ -227,16 +370,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def _failure_text(call: pytest.CallInfo) -> str:
     if call.excinfo is None:
         return "failed"
+    if call.excinfo.errisinstance(TypeCheckError):
+        return f"shape/dtype error: {explain_type_error(call.excinfo.value)}"
     return f"{call.excinfo.typename}: {call.excinfo.value}"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     records = config.workbook_records
-    if config.workbook_impl == "mistakes":
+    if config.workbook_impl in VARIANT_RUNS:
         results = [r for r in records if r.get("mistake")]
         caught = {r["mistake"] for r in results if r["outcome"] == "failed"}
-        ids = {r["mistake"] for r in results}
-        terminalreporter.write_sep("=", f"known mistakes: {len(caught)} of {len(ids)} caught by at least one test")
+        if results:
+            ids = {r["mistake"] for r in results}
+            terminalreporter.write_sep("=", f"known mistakes: {len(caught)} of {len(ids)} caught by at least one test")
+        results = [r for r in records if r.get("alternative")]
+        if results:
+            failing = {r["alternative"] for r in results if r["outcome"] != "passed"}
+            ids = {r["alternative"] for r in results}
+            terminalreporter.write_sep("=", f"correct alternatives: {len(ids) - len(failing)} of {len(ids)} pass "
+                                            "every test of their exercise")
         return
     rows = aggregate(records)
     if not rows:
@@ -245,8 +397,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.write_sep("=", f"workbook progress (--impl={impl})")
     width = max(len(f"{r.part}.{r.exercise}") for r in rows)
     for r in rows:
-        marks = {PASSING: "✓", FAILING: "✗", NOT_STARTED: "·"}
-        extra = f"  {r.detail}" if r.status == NOT_STARTED else (f"  ({r.tests - r.passed} of {r.tests} tests fail)" if r.status == FAILING else "")
+        marks = {PASSING: "✓", FAILING: "✗", TIMED_OUT: "✗", NOT_STARTED: "·"}
+        extra = f"  {r.detail.removeprefix('not started: ')}" if r.status == NOT_STARTED else (
+            f"  ({r.tests - r.passed} of {r.tests} tests fail)" if r.status in (FAILING, TIMED_OUT) else "")
         name = f"{r.part}.{r.exercise}"
         terminalreporter.write_line(f"  {marks.get(r.status, '?')} {name:<{width}}  {r.status}{extra}")
     total, most = sum(r.points for r in rows), sum(r.max_points for r in rows)

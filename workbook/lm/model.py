@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from einops import rearrange
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
@@ -52,21 +51,77 @@ class GPTConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
 
-@dataclass
 class KVCache:
     """Keys and values of every token seen so far, per layer, for incremental decoding.
 
     Start with `KVCache()` and pass it to `GPT.forward(..., kv_cache=cache)`
     repeatedly, each time with only the *new* tokens and their mask; the model
     appends to it. `mask` is the attention mask of all cached tokens.
+
+    The buffers are allocated once (`capacity` tokens, doubled if a forward pass
+    needs more) and filled in place: appending a token costs one write per
+    layer, not a copy of everything cached so far. `keep(rows)` drops the other
+    rows (generation stops computing finished reviews this way).
     """
 
-    keys: list[Float[Tensor, "batch head past d_head"]] = field(default_factory=list)
-    values: list[Float[Tensor, "batch head past d_head"]] = field(default_factory=list)
-    mask: Bool[Tensor, "batch past"] | None = None
+    def __init__(self, capacity: int = 0):
+        self.capacity = capacity
+        self.length = 0
+        self.keys: list[Tensor] = []
+        """Per layer, [batch, head, capacity, d_head]; the first `len(self)` slots are filled."""
+        self.values: list[Tensor] = []
+        self._mask: Tensor | None = None  # [batch, capacity] bool
+        self.n_real: Tensor | None = None
+        """Real (unpadded) tokens cached so far, per row: the next real token's position."""
 
     def __len__(self) -> int:
-        return 0 if self.mask is None else self.mask.shape[1]
+        return self.length
+
+    @property
+    def mask(self) -> Bool[Tensor, "batch past"] | None:
+        return None if self._mask is None else self._mask[:, : self.length]
+
+    def append_mask(self, mask: Bool[Tensor, "batch seq"]) -> Bool[Tensor, "batch all"]:
+        """Reserve room for `mask.shape[1]` more tokens and record their mask; returns the mask of all tokens."""
+        B, T = mask.shape
+        end = self.length + T
+        if self._mask is None:
+            self.capacity = max(self.capacity, end)
+            self._mask = mask.new_zeros(B, self.capacity)
+            self.n_real = torch.zeros(B, dtype=torch.long, device=mask.device)
+        elif end > self.capacity:
+            self.capacity = max(end, 2 * self.capacity)
+            self._mask = _grow(self._mask, 1, self.capacity)
+            self.keys = [_grow(k, 2, self.capacity) for k in self.keys]
+            self.values = [_grow(v, 2, self.capacity) for v in self.values]
+        self._mask[:, self.length : end] = mask
+        return self._mask[:, :end]
+
+    def write(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the new keys/values of `layer` after the cached ones; return all of them (views)."""
+        B, H, T, D = k.shape
+        if layer == len(self.keys):
+            self.keys.append(k.new_zeros(B, H, self.capacity, D))
+            self.values.append(v.new_zeros(B, H, self.capacity, D))
+        end = self.length + T
+        self.keys[layer][:, :, self.length : end] = k
+        self.values[layer][:, :, self.length : end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def keep(self, rows: Int[Tensor, " kept"]) -> None:
+        """Keep only these rows (by index), in this order."""
+        self.keys = [k[rows] for k in self.keys]
+        self.values = [v[rows] for v in self.values]
+        if self._mask is not None:
+            self._mask, self.n_real = self._mask[rows], self.n_real[rows]
+
+
+def _grow(x: Tensor, dim: int, size: int) -> Tensor:
+    shape = list(x.shape)
+    shape[dim] = size
+    out = x.new_zeros(shape)
+    out.narrow(dim, 0, x.shape[dim]).copy_(x)
+    return out
 
 
 class CausalSelfAttention(nn.Module):
@@ -81,18 +136,24 @@ class CausalSelfAttention(nn.Module):
         self,
         x: Float[Tensor, "batch seq d_model"],
         allowed: Bool[Tensor, "batch 1 seq keys"] | None,
-        past: tuple[Tensor, Tensor] | None,
-    ) -> tuple[Float[Tensor, "batch seq d_model"], tuple[Tensor, Tensor]]:
-        q, k, v = rearrange(self.qkv(x), "b t (three h d) -> three b h t d", three=3, h=self.n_head)
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        cache: KVCache | None,
+        layer: int,
+    ) -> Float[Tensor, "batch seq d_model"]:
+        B, T, C = x.shape
+        # (view + permute rather than einops here: this runs once per layer per generated token)
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
+        if cache is not None:
+            k, v = cache.write(layer, k, v)
         drop = self.dropout if self.training else 0.0
         if allowed is None:  # no padding, no cache: the fused causal kernel
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=drop, is_causal=True)
+        elif T == 1:  # one new token per row (sampling): a plain softmax over the cached keys is fastest
+            scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+            y = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1) @ v
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=drop)
-        y = rearrange(y, "b h t d -> b t (h d)")
-        return self.resid_drop(self.proj(y)), (k, v)
+        y = y.transpose(1, 2).reshape(B, T, C)
+        return self.resid_drop(self.proj(y))
 
 
 class MLP(nn.Module):
@@ -114,10 +175,13 @@ class Block(nn.Module):
         self.ln1, self.attn = nn.LayerNorm(cfg.d_model), CausalSelfAttention(cfg)
         self.ln2, self.mlp = nn.LayerNorm(cfg.d_model), MLP(cfg)
 
-    def forward(self, x, allowed, past):
-        a, kv = self.attn(self.ln1(x), allowed, past)
-        x = x + a
-        return x + self.mlp(self.ln2(x)), kv
+    def forward(self, x, allowed, cache, layer):
+        x = x + self.attn(self.ln1(x), allowed, cache, layer)
+        return x + self.mlp(self.ln2(x))
+
+
+ROWS_PER_LENGTH_GROUP = 8
+"""Right-padded batches with more rows than this run in groups of rows of similar length."""
 
 
 def _check_ids_and_mask(input_ids: Tensor, attention_mask: Tensor | None, vocab_size: int) -> Tensor | None:
@@ -195,6 +259,10 @@ class GPT(nn.Module):
         if kv_cache is not None and len(kv_cache) and kv_cache.mask.shape[0] != B:
             raise ValueError(f"kv_cache holds batch size {kv_cache.mask.shape[0]}, input_ids has {B}")
         past = len(kv_cache) if kv_cache is not None else 0
+        if mask is not None and kv_cache is None and B > ROWS_PER_LENGTH_GROUP and T <= self.config.block_size:
+            lengths = mask.sum(dim=1)
+            if bool((mask == (torch.arange(T, device=dev) < lengths[:, None])).all()):  # right padding only
+                return self._forward_by_length(input_ids, lengths, return_hidden)
 
         if mask is None and kv_cache is None:
             if T > self.config.block_size:
@@ -204,9 +272,15 @@ class GPT(nn.Module):
         else:
             if mask is None:
                 mask = torch.ones(B, T, dtype=torch.bool, device=dev)
-            full = mask if past == 0 else torch.cat([kv_cache.mask, mask], dim=1)
             # Position = number of real tokens before this one, so left padding does not shift it.
-            pos = (full.long().cumsum(dim=1) - 1).clamp(min=0)[:, past:]
+            pos = mask.long().cumsum(dim=1) - 1
+            if kv_cache is not None:
+                full = kv_cache.append_mask(mask)
+                pos = pos + kv_cache.n_real[:, None]
+                kv_cache.n_real = kv_cache.n_real + mask.sum(dim=1)
+            else:
+                full = mask
+            pos = pos.clamp(min=0)
             if pos.numel() and pos.max() >= self.config.block_size:
                 raise ValueError(
                     f"a row holds more than block_size={self.config.block_size} real tokens"
@@ -219,20 +293,35 @@ class GPT(nn.Module):
             # to nothing, which would be a softmax over -inf and give NaN.
             allowed = (causal & full[:, None, :]) | (k_idx[None, :] == q_idx[:, None])
             allowed = allowed[:, None]  # broadcast over heads: [B, 1, T, S]
-            if kv_cache is not None:
-                kv_cache.mask = full
 
         x = self.drop(self.wte(input_ids) + self.wpe(pos))
         for i, block in enumerate(self.blocks):
-            layer_past = (kv_cache.keys[i], kv_cache.values[i]) if kv_cache is not None and past else None
-            x, (k, v) = block(x, allowed, layer_past)
-            if kv_cache is not None:
-                if past:
-                    kv_cache.keys[i], kv_cache.values[i] = k, v
-                else:
-                    kv_cache.keys.append(k)
-                    kv_cache.values.append(v)
+            x = block(x, allowed, kv_cache, i)
+        if kv_cache is not None:
+            kv_cache.length = past + T
         hidden = self.ln_f(x)
+        logits = F.linear(hidden, self.wte.weight)
+        return (logits, hidden) if return_hidden else logits
+
+    def _forward_by_length(self, input_ids: Tensor, lengths: Tensor, return_hidden: bool):
+        """`forward` for a right-padded batch, computed in groups of rows of similar length.
+
+        PPO scores batches of responses of very different lengths, right-padded to the longest:
+        often more than half of such a batch is padding. Sorted by length, each group of rows
+        runs only as wide as its longest row, with the fused causal kernel (causality alone keeps
+        real tokens from seeing the padding after them, and positions count from 0). Outputs at
+        real tokens are those of the padded batch; at padding they are finite and meaningless.
+        """
+        B, T = input_ids.shape
+        order = torch.argsort(lengths, stable=True)
+        groups = []
+        for rows in order.split(ROWS_PER_LENGTH_GROUP):
+            width = max(int(lengths[rows].max()), 1)
+            x = self.drop(self.wte(input_ids[rows, :width]) + self.wpe(torch.arange(width, device=input_ids.device)))
+            for i, block in enumerate(self.blocks):
+                x = block(x, None, None, i)
+            groups.append(F.pad(x, (0, 0, 0, T - width)))
+        hidden = self.ln_f(torch.cat(groups)[torch.argsort(order)])
         logits = F.linear(hidden, self.wte.weight)
         return (logits, hidden) if return_hidden else logits
 
@@ -285,32 +374,44 @@ class GPT(nn.Module):
         self.eval()
         try:
             B = input_ids.shape[0]
-            cache = KVCache()
+            cache = KVCache(capacity=input_ids.shape[1] + max_new_tokens)
             logits = self(input_ids, mask, kv_cache=cache)[:, -1]
+            # Rows still in the batch (original indices); finished rows are dropped from it
+            # whenever they make up a quarter of it, so the long tail of a batch runs small.
+            rows = torch.arange(B, device=input_ids.device)
             running = torch.ones(B, dtype=torch.bool, device=input_ids.device)
-            tokens, step_logits = [], []
+            tokens = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=input_ids.device)
+            all_logits = logits.new_zeros(B, max_new_tokens, logits.shape[-1]) if return_logits else None
+            steps = 0
             for step in range(max_new_tokens):
                 nxt = _sample(logits, temperature, top_k, generator)
                 nxt = torch.where(running, nxt, torch.full_like(nxt, pad_id))
-                tokens.append(nxt)
-                step_logits.append(logits)
+                tokens[rows, step] = nxt
+                if return_logits:
+                    all_logits[rows, step] = logits
+                steps = step + 1
                 was_running = running
                 running = running & (nxt != eos_id)
-                if not running.any() or step == max_new_tokens - 1:
+                n_running = int(running.sum())
+                if n_running == 0 or step == max_new_tokens - 1:
                     break
+                if n_running <= 3 * len(rows) // 4:
+                    live = running.nonzero().squeeze(1)
+                    rows, running, was_running, nxt = rows[live], running[live], was_running[live], nxt[live]
+                    cache.keep(live)
                 # Tokens of finished rows are padding: masked out, position not advanced.
                 logits = self(nxt[:, None], was_running[:, None], kv_cache=cache)[:, -1]
         finally:
             self.train(was_training)
 
-        toks = torch.stack(tokens, dim=1)  # [B, steps]
-        lgts = torch.stack(step_logits, dim=1)  # [B, steps, V]
+        toks = tokens[:, :steps]  # [B, steps]
         responses, resp_logits = [], []
         for b in range(B):
             eos = (toks[b] == eos_id).nonzero()
             n = int(eos[0]) + 1 if len(eos) else toks.shape[1]
             responses.append(toks[b, :n].clone())
-            resp_logits.append(lgts[b, :n].clone())
+            if return_logits:
+                resp_logits.append(all_logits[b, :n].clone())
         return (responses, resp_logits) if return_logits else responses
 
 

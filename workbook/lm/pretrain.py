@@ -2,7 +2,7 @@
 
 Part 3 starts from a model that already writes fluent reviews of every
 sentiment; RLHF then only has to *shift* what it says. This module trains that
-model from scratch on the CPU in a couple of minutes, and `load_or_pretrain`
+model from scratch on the CPU in under a minute, and `load_or_pretrain`
 keeps the result under a cache directory keyed by a hash of the settings, so
 it is trained once per machine and configuration.
 
@@ -13,7 +13,6 @@ it is trained once per machine and configuration.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -28,10 +27,11 @@ import torch.nn.functional as F
 from jaxtyping import Int
 from torch import Tensor
 
-from workbook.cli import add_dataclass_arguments, dataclass_from_args
+from workbook.cli import add_dataclass_arguments, dataclass_from_args, make_parser, require, require_at_least, require_positive
 from workbook.lm.corpus import MAX_REVIEW_CHARS, generate_reviews, review_prompts
 from workbook.lm.model import GPT, GPTConfig, load_checkpoint, sample_texts, save_checkpoint
 from workbook.lm.tokenizer import CharTokenizer, pad_batch
+from workbook.runs import check_can_create, command
 
 # Bump when the corpus, tokenizer or training code changes what a given set of
 # arguments produces, so stale cached checkpoints are not reused.
@@ -67,12 +67,14 @@ class PretrainArgs:
     """Clip the global gradient norm to this (0 = off)."""
     block_size: int = 128
     """Context length; must hold BOS + the longest review + EOS."""
-    n_layer: int = 4
+    n_layer: int = 3
     """Transformer blocks."""
     n_head: int = 4
     """Attention heads per block."""
-    d_model: int = 128
-    """Residual stream width."""
+    d_model: int = 96
+    """Residual stream width. 3 blocks of width 96 (0.35M parameters) reach the same held-out loss
+    as 4 of width 128 (0.8M) in these 1500 steps, at less than half the cost of every forward pass:
+    pretraining takes under a minute and each RLHF iteration about half as long."""
     dropout: float = 0.0
     """Dropout while training (the corpus is big and training short: none needed)."""
     threads: int = 1
@@ -249,8 +251,22 @@ def _plain_args(args: PretrainArgs) -> dict:
     return {k: v for k, v in asdict(args).items() if k != "cache_dir"}
 
 
+def validate(args: PretrainArgs) -> None:
+    """Raise ConfigError for the first bad setting."""
+    for name in ("n_reviews", "n_heldout", "steps", "batch_size", "n_layer", "n_head", "d_model", "threads", "log_every"):
+        require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 1)
+    for name in ("warmup", "weight_decay", "grad_clip", "dropout", "min_lr_frac"):
+        require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 0)
+    require_positive("--lr", args.lr)
+    require(args.dropout < 1, "--dropout", f"must be < 1, got {args.dropout}")
+    require(args.d_model % args.n_head == 0, "--n-head", f"{args.n_head} does not divide --d-model {args.d_model}")
+    require(args.block_size >= MAX_REVIEW_CHARS + 2, "--block-size",
+            f"must hold BOS + the longest review ({MAX_REVIEW_CHARS}) + EOS, got {args.block_size}")
+
+
+@command
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbook.lm.pretrain", description=__doc__.split("\n\n")[0])
+    parser = make_parser("python -m workbook pretrain", __doc__.split("\n\n")[0])
     add_dataclass_arguments(parser, PretrainArgs)
     parser.add_argument("--out", default=None,
                         help="train and save here (default: the cache, where load_or_pretrain finds it)")
@@ -258,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=8, help="sample generations printed at the end")
     ns = parser.parse_args(argv)
     args = dataclass_from_args(PretrainArgs, ns)
+    validate(args)
+    require_at_least("--samples", ns.samples, 0)
+    if ns.out:
+        check_can_create(ns.out, "--out")
 
     cached = checkpoint_path(args)
     if ns.out is None and not ns.force and cached.exists():

@@ -7,35 +7,23 @@ each of them swapped into the reference solutions (``pytest --impl=mistakes``) a
 that every one is caught *and* named — the proof that the tests can fail.
 
 Each part has a module here named like the part (``part1_ppo_core.py``) that registers
-its mistakes with :func:`mistake`.
+its mistakes with :func:`mistake`; adding a module is all a new part needs. The mirror
+image, correct versions the tests must accept, lives in ``workbook/alternatives/``.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable
 
-SEPARATOR = ":"
+from workbook.variants import SEPARATOR, Registry, Variant
+
+__all__ = ["SEPARATOR", "Mistake", "mistake", "all_mistakes", "mistakes_for", "get"]
 
 
 @dataclass(frozen=True)
-class Mistake:
-    part: str
-    """Module name of the part, e.g. 'part1_ppo_core'."""
-    exercise: str
-    """Top-level name the wrong version replaces, e.g. 'compute_advantages'."""
-    name: str
-    """Short slug shown in failure messages, e.g. 'gamma_instead_of_gamma_lambda'."""
-    description: str
-    """What the learner did, phrased to follow 'looks like ...'."""
-    impl: Any
-    """The wrong function or class."""
-
-    @property
-    def id(self) -> str:
-        return SEPARATOR.join((self.part, self.exercise, self.name))
+class Mistake(Variant):
+    kind = "mistake"
 
     @property
     def label(self) -> str:
@@ -43,39 +31,24 @@ class Mistake:
         return f"looks like {self.description} [known mistake: {self.name}]"
 
 
-_REGISTRY: dict[str, Mistake] = {}
+REGISTRY = Registry(__name__, __path__, Mistake)
 
 
 def mistake(part: str, exercise: str, name: str, description: str) -> Callable[[Any], Any]:
-    """Register the decorated function/class as a known-wrong version of ``part.exercise``."""
+    """Register the decorated function/class as a known-wrong version of ``part.exercise``.
 
-    def register(obj: Any) -> Any:
-        entry = Mistake(part, exercise, name, description, obj)
-        if entry.id in _REGISTRY:
-            raise ValueError(f"duplicate mistake id {entry.id}")
-        _REGISTRY[entry.id] = entry
-        return obj
-
-    return register
-
-
-def _load_all() -> None:
-    for info in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{info.name}")
+    ``description`` says what the learner did, phrased to follow "looks like ...".
+    """
+    return REGISTRY.decorator(part, exercise, name, description)
 
 
 def all_mistakes() -> list[Mistake]:
-    _load_all()
-    return sorted(_REGISTRY.values(), key=lambda m: m.id)
+    return REGISTRY.all()
 
 
 def mistakes_for(part: str, exercise: str) -> list[Mistake]:
-    return [m for m in all_mistakes() if m.part == part and m.exercise == exercise]
+    return REGISTRY.for_exercise(part, exercise)
 
 
 def get(mistake_id: str) -> Mistake:
-    _load_all()
-    try:
-        return _REGISTRY[mistake_id]
-    except KeyError:
-        raise KeyError(f"unknown mistake {mistake_id!r}; known: {sorted(_REGISTRY)}") from None
+    return REGISTRY.get(mistake_id)

@@ -111,8 +111,10 @@ def minibatches_drop_remainder(rng, batch_size, minibatch_size):
 # --- calc_clipped_surrogate_objective -------------------------------------------------
 
 def _surrogate(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps=1e-8, *, normalise=True,
-               ratio_fn=None, combine=torch.minimum, clip_advantage=False, sign=1.0):
-    adv = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + eps) if normalise else mb_advantages
+               ratio_fn=None, combine=torch.minimum, clip_advantage=False, sign=1.0, scale=None):
+    if scale is None:
+        scale = mb_advantages.std() + eps
+    adv = (mb_advantages - mb_advantages.mean()) / scale if normalise else mb_advantages
     new = dist.log_prob(mb_action)
     ratio = torch.exp(new - mb_logprobs) if ratio_fn is None else ratio_fn(new, mb_logprobs)
     if clip_advantage:
@@ -178,6 +180,19 @@ def value_loss_half(values, mb_returns, vf_coef):
 @part1("calc_value_function_loss", "absolute_error", "the absolute error was used instead of the squared error")
 def value_loss_l1(values, mb_returns, vf_coef):
     return vf_coef * (values - mb_returns).abs().mean()
+
+
+@part1("calc_clipped_surrogate_objective", "eps_inside_sqrt",
+       "eps was added inside the square root (sqrt(var + eps)) where the docstring adds it to the std")
+def surrogate_eps_inside(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps=1e-8):
+    return _surrogate(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps,
+                      scale=torch.sqrt(mb_advantages.var() + eps))
+
+
+@part1("calc_clipped_surrogate_objective", "no_eps_in_normalisation",
+       "the advantages were divided by their std without eps: equal advantages give 0/0 = NaN")
+def surrogate_no_eps(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps=1e-8):
+    return _surrogate(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps, scale=mb_advantages.std())
 
 
 # --- calc_clipped_value_function_loss -------------------------------------------------
@@ -301,3 +316,9 @@ def optimizer_default_eps(actor, critic, total_phases, initial_lr, end_lr=0.0):
 def optimizer_weight_decay(actor, critic, total_phases, initial_lr, end_lr=0.0):
     opt = _optimizer(itertools.chain(actor.parameters(), critic.parameters()), initial_lr, cls=optim.AdamW)
     return opt, _ReferenceScheduler(opt, initial_lr, end_lr, total_phases)
+
+
+@part1("calc_clipped_value_function_loss", "vf_coef_hardcoded", "a hard-coded coefficient 0.5 was used instead of vf_coef")
+def clipped_value_loss_fixed_coef(values, old_values, mb_returns, vf_coef, clip_range):
+    clipped = old_values + torch.clamp(values - old_values, -clip_range, clip_range)
+    return 0.5 * 0.5 * torch.maximum((values - mb_returns) ** 2, (clipped - mb_returns) ** 2).mean()

@@ -68,6 +68,8 @@ class _ConfigurableAgent(_ReferenceAgent):
     store_next_obs = store_next_done = value_of_next_obs = no_inference = greedy = False
     bootstrap_truncated = True
     bootstrap_terminated = False
+    bootstrap_ignores_termination = bootstrap_with_grad = False
+    fixed_gamma = None
 
     def play_step(self):
         obs, dones = self.next_obs, self.next_done
@@ -85,12 +87,13 @@ class _ConfigurableAgent(_ReferenceAgent):
         truncated = torch.as_tensor(truncated, dtype=torch.bool)
         bootstrap = torch.zeros_like(terminated)
         if self.bootstrap_truncated:
-            bootstrap |= truncated & ~terminated
+            bootstrap |= truncated if self.bootstrap_ignores_termination else truncated & ~terminated
         if self.bootstrap_terminated:
             bootstrap |= terminated
+        gamma = self.gamma if self.fixed_gamma is None else self.fixed_gamma
         if bootstrap.any():
-            with context:
-                rewards = rewards + bootstrap * self.gamma * self.critic(next_obs).squeeze(-1)
+            with torch.enable_grad() if self.bootstrap_with_grad else context:
+                rewards = rewards + bootstrap * gamma * self.critic(next_obs).squeeze(-1)
         if self.value_of_next_obs:
             with context:
                 values = self.critic(next_obs).squeeze(-1)
@@ -143,15 +146,34 @@ class AgentBootstrapsTerminations(_ConfigurableAgent):
     bootstrap_terminated = True
 
 
+@part2("PPOAgent", "bootstraps_truncated_and_terminated",
+       "an episode that was terminated and truncated on the same step was bootstrapped (termination wins: no future)")
+class AgentBootstrapsBothEnds(_ConfigurableAgent):
+    bootstrap_ignores_termination = True
+
+
+@part2("PPOAgent", "bootstrap_value_with_grad",
+       "the truncation bootstrap γ·V(final observation) was computed with autograd on, so the stored reward keeps a graph")
+class AgentBootstrapWithGrad(_ConfigurableAgent):
+    bootstrap_with_grad = True
+
+
+@part2("PPOAgent", "gamma_hardcoded", "the truncation bootstrap used a hard-coded γ = 0.99 instead of self.gamma")
+class AgentFixedGamma(_ConfigurableAgent):
+    fixed_gamma = 0.99
+
+
 # --- compute_ppo_objective -------------------------------------------------------------------
 
 def _objective(actor, critic, minibatch, args, *, value_sign=-1.0, entropy_sign=1.0, old_values=False,
-               returns_as_advantages=False):
+               returns_as_advantages=False, clip_coef=None, vf_coef=None):
     dist = Categorical(logits=actor(minibatch.obs))
     values = minibatch.values if old_values else critic(minibatch.obs).squeeze(-1)
     advantages = minibatch.returns if returns_as_advantages else minibatch.advantages
-    return (calc_clipped_surrogate_objective(dist, minibatch.actions, advantages, minibatch.logprobs, args.clip_coef)
-            + value_sign * calc_value_function_loss(values, minibatch.returns, args.vf_coef)
+    clip_coef = args.clip_coef if clip_coef is None else clip_coef
+    vf_coef = args.vf_coef if vf_coef is None else vf_coef
+    return (calc_clipped_surrogate_objective(dist, minibatch.actions, advantages, minibatch.logprobs, clip_coef)
+            + value_sign * calc_value_function_loss(values, minibatch.returns, vf_coef)
             + entropy_sign * calc_entropy_bonus(dist, args.ent_coef))
 
 
@@ -178,16 +200,26 @@ def objective_returns_as_advantages(actor, critic, minibatch, args):
     return _objective(actor, critic, minibatch, args, returns_as_advantages=True)
 
 
+@part2("compute_ppo_objective", "clip_coef_hardcoded", "a hard-coded clip coefficient 0.2 was used instead of args.clip_coef")
+def objective_fixed_clip(actor, critic, minibatch, args):
+    return _objective(actor, critic, minibatch, args, clip_coef=0.2)
+
+
+@part2("compute_ppo_objective", "vf_coef_hardcoded", "a hard-coded value coefficient 0.5 was used instead of args.vf_coef")
+def objective_fixed_vf(actor, critic, minibatch, args):
+    return _objective(actor, critic, minibatch, args, vf_coef=0.5)
+
+
 # --- learning_phase ---------------------------------------------------------------------------
 
-def _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, *, zero_grad=True, clip="before",
-                    clip_params="all", scheduler_per_minibatch=False, scheduler_step=True):
+def _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, objective=None, *, zero_grad=True,
+                    clip="before", clip_params="all", scheduler_per_minibatch=False, scheduler_step=True):
     parameters = [*actor.parameters(), *critic.parameters()] if clip_params == "all" else list(actor.parameters())
     for minibatch in minibatches:
         if zero_grad:
             optimizer.zero_grad()
-        objective = _objective(actor, critic, minibatch, args)  # untyped: minibatch may come from a module copy
-        objective.backward()
+        # _objective is untyped: the minibatch may come from a module copy
+        (objective or _objective)(actor, critic, minibatch, args).backward()
         if clip == "before":
             nn.utils.clip_grad_norm_(parameters, args.max_grad_norm)
         optimizer.step()
@@ -201,33 +233,40 @@ def _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, *, z
 
 @part2("learning_phase", "no_zero_grad",
        "the gradients were never zeroed, so each step used the sum of all previous minibatches' gradients")
-def learning_phase_no_zero_grad(actor, critic, minibatches, optimizer, scheduler, args):
-    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, zero_grad=False)
+def learning_phase_no_zero_grad(actor, critic, minibatches, optimizer, scheduler, args, objective=None):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, objective, zero_grad=False)
 
 
 @part2("learning_phase", "no_gradient_clipping", "the gradient norm was not clipped to max_grad_norm")
-def learning_phase_no_clipping(actor, critic, minibatches, optimizer, scheduler, args):
-    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, clip=None)
+def learning_phase_no_clipping(actor, critic, minibatches, optimizer, scheduler, args, objective=None):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, objective, clip=None)
 
 
 @part2("learning_phase", "clipped_after_optimizer_step",
        "the gradient norm was clipped after optimizer.step(), when it no longer changes the update")
-def learning_phase_clip_after_step(actor, critic, minibatches, optimizer, scheduler, args):
-    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, clip="after")
+def learning_phase_clip_after_step(actor, critic, minibatches, optimizer, scheduler, args, objective=None):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, objective, clip="after")
 
 
 @part2("learning_phase", "clipped_actor_only",
        "only the actor's gradients were clipped (clip the global norm over actor and critic together)")
-def learning_phase_clip_actor_only(actor, critic, minibatches, optimizer, scheduler, args):
-    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, clip_params="actor")
+def learning_phase_clip_actor_only(actor, critic, minibatches, optimizer, scheduler, args, objective=None):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, objective, clip_params="actor")
 
 
 @part2("learning_phase", "scheduler_stepped_per_minibatch",
        "the scheduler was stepped once per minibatch instead of once per learning phase")
-def learning_phase_scheduler_per_minibatch(actor, critic, minibatches, optimizer, scheduler, args):
-    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, scheduler_per_minibatch=True)
+def learning_phase_scheduler_per_minibatch(actor, critic, minibatches, optimizer, scheduler, args, objective=None):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, objective, scheduler_per_minibatch=True)
 
 
 @part2("learning_phase", "scheduler_never_stepped", "the scheduler was never stepped (the learning rate never decays)")
-def learning_phase_no_scheduler(actor, critic, minibatches, optimizer, scheduler, args):
-    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, scheduler_step=False)
+def learning_phase_no_scheduler(actor, critic, minibatches, optimizer, scheduler, args, objective=None):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, objective, scheduler_step=False)
+
+
+@part2("learning_phase", "ignores_objective_argument",
+       "the objective passed in was ignored (compute_ppo_objective was called regardless), so Part 4's Gaussian "
+       "objective never reaches the optimizer")
+def learning_phase_ignores_objective(actor, critic, minibatches, optimizer, scheduler, args, objective=None):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args)

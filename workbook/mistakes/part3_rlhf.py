@@ -92,6 +92,13 @@ def whiten_ignores_flag(values, shift_mean=True):
     return (values - values.mean()) * torch.rsqrt(values.var() + 1e-8)
 
 
+@part3("whiten", "eps_outside_sqrt", "the 1e-8 was added to the standard deviation instead of inside the square root")
+def whiten_eps_outside(values, shift_mean=True):
+    mean = values.mean()
+    out = (values - mean) / (values.std() + 1e-8)
+    return out if shift_mean else out + mean
+
+
 # --- masked_mean ----------------------------------------------------------------------
 
 @part3("masked_mean", "unmasked_mean", "a plain mean was taken, padding included")
@@ -116,6 +123,15 @@ def masked_mean_of_rows(values, mask, axis=None):
 @part3("masked_mean", "axis_ignored", "the axis argument was ignored (always one number)")
 def masked_mean_no_axis(values, mask, axis=None):
     return (values * mask).sum() / mask.sum()
+
+
+@part3("masked_mean", "mask_used_as_index",
+       "the mask was used as an index (values[mask]): only a bool mask selects; a float mask is rejected and an "
+       "int64 mask (a tokenizer's) picks rows 0 and 1 by number")
+def masked_mean_indexed(values, mask, axis=None):
+    if axis is None:
+        return values[mask].mean()
+    return (values * mask).sum(axis) / mask.sum(axis)
 
 
 # --- masked_var -----------------------------------------------------------------------
@@ -160,6 +176,35 @@ def masked_var_unchecked(values, mask, unbiased=True):
     return _var(values, mask, unbiased, check=False)
 
 
+@part3("masked_var", "where_needs_a_bool_mask",
+       "torch.where(mask, ...) was used, which only accepts a bool mask (float and int64 masks raise)")
+def masked_var_where(values, mask, unbiased=True):
+    n = mask.sum()
+    if n < (2 if unbiased else 1):
+        raise ValueError("mask too small")
+    mean = torch.where(mask, values, 0.0).sum() / n
+    var = torch.where(mask, (values - mean) ** 2, 0.0).sum() / n
+    return var * n / (n - 1) if unbiased else var
+
+
+@part3("masked_var", "one_pass_formula",
+       "the one-pass formula E[x²] − E[x]² was used: with a large mean and a small spread it cancels to noise")
+def masked_var_one_pass(values, mask, unbiased=True):
+    n = mask.sum()
+    if n < (2 if unbiased else 1):
+        raise ValueError("mask too small")
+    var = (values ** 2 * mask).sum() / n - ((values * mask).sum() / n) ** 2
+    return var * n / (n - 1) if unbiased else var
+
+
+@part3("masked_var", "rejects_one_element_when_biased",
+       "a mask of one element was rejected even with unbiased=False (the biased variance of one number is 0)")
+def masked_var_needs_two(values, mask, unbiased=True):
+    if mask.sum() < 2:
+        raise ValueError("mask too small")
+    return _var(values, mask, unbiased)
+
+
 # --- masked_whiten --------------------------------------------------------------------
 
 @part3("masked_whiten", "whitened_over_padding", "the mean and variance were taken over the padding too (plain whiten)")
@@ -182,6 +227,22 @@ def masked_whiten_ignores_flag(values, mask, shift_mean=True):
 @part3("masked_whiten", "padding_zeroed", "the padding was set to 0 in the output (every position must be transformed)")
 def masked_whiten_zeroed(values, mask, shift_mean=True):
     return _ref.masked_whiten(values, mask, shift_mean) * mask
+
+
+@part3("masked_whiten", "mask_used_as_index",
+       "the statistics were taken of values[mask]: only a bool mask selects; a float mask is rejected and an "
+       "int64 mask picks rows 0 and 1 by number")
+def masked_whiten_indexed(values, mask, shift_mean=True):
+    mean, var = values[mask].mean(), values[mask].var()
+    out = (values - mean) * torch.rsqrt(var + 1e-8)
+    return out if shift_mean else out + mean
+
+
+@part3("masked_whiten", "eps_outside_sqrt", "the 1e-8 was added to the standard deviation instead of inside the square root")
+def masked_whiten_eps_outside(values, mask, shift_mean=True):
+    mean, var = _ref.masked_mean(values, mask), _ref.masked_var(values, mask)
+    out = (values - mean) / (var.sqrt() + 1e-8)
+    return out if shift_mean else out + mean
 
 
 # --- clip_by_value --------------------------------------------------------------------
@@ -285,6 +346,30 @@ def rewards_unmasked(scores, logprobs, ref_logprobs, masks, kl_coef, kind="kl"):
     return _rewards(scores, logprobs, ref_logprobs, masks, kl_coef, kind, mask_kl=False)
 
 
+@part3("compute_rewards", "mask_subtracted_as_numbers",
+       "the last real token was found by subtracting masks (mask − shifted mask), which a bool mask does not support")
+def rewards_mask_difference(scores, logprobs, ref_logprobs, masks, kl_coef, kind="kl"):
+    if (masks.sum(1) < 1).any():
+        raise ValueError("empty row")
+    kls = _ref.kl_penalty(logprobs, ref_logprobs, kind) * masks
+    non_score = -kl_coef * kls
+    ends = masks - torch.cat([masks[:, 1:], torch.zeros_like(masks[:, :1])], dim=1)  # 1 at each row's last real token
+    return non_score + scores[:, None] * ends, non_score, kls
+
+
+@part3("compute_rewards", "no_error_on_empty_row",
+       "a row without any real token was accepted silently (its score went to the last column, which is padding)")
+def rewards_empty_row_accepted(scores, logprobs, ref_logprobs, masks, kl_coef, kind="kl"):
+    masks = masks.to(scores.dtype)
+    kls = _ref.kl_penalty(logprobs, ref_logprobs, kind) * masks
+    non_score = -kl_coef * kls
+    rewards = non_score.clone()
+    positions = torch.arange(masks.shape[1]).expand_as(masks)
+    last = torch.where(masks > 0, positions, torch.full_like(positions, -1)).max(dim=1).values
+    rewards[torch.arange(len(scores)), last] += scores
+    return rewards, non_score, kls
+
+
 # --- AdaptiveKLController -------------------------------------------------------------
 
 @part3("AdaptiveKLController", "error_not_clipped", "the proportional error was not clipped to [−0.2, 0.2]")
@@ -375,6 +460,22 @@ def adv_not_whitened(values, rewards, mask, gamma, lam):
     return _advantages(values, rewards, mask, gamma, lam, whiten_fn="none")
 
 
+@part3("compute_advantages", "mask_inverted_with_tilde",
+       "the padding was zeroed with masked_fill(~mask, 0), which only works for a bool mask (~ of a float mask "
+       "raises, of an int64 mask gives −1 and −2)")
+def adv_tilde(values, rewards, mask, gamma, lam):
+    with torch.no_grad():
+        values, rewards = values.masked_fill(~mask, 0.0), rewards.masked_fill(~mask, 0.0)
+        v, a, r = _advantages(values, rewards, torch.ones_like(values), gamma, lam, whiten_fn="none")
+        return v, _ref.masked_whiten(a, mask) * mask, r * mask
+
+
+@part3("compute_advantages", "returns_not_masked",
+       "the returns were not multiplied by the mask, so a gap inside a mask (1 1 0 1) keeps a return")
+def adv_returns_unmasked(values, rewards, mask, gamma, lam):
+    return _advantages(values, rewards, mask, gamma, lam)
+
+
 # --- ppo_loss -------------------------------------------------------------------------
 
 def _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef, *,
@@ -432,6 +533,25 @@ def ppo_no_vf_coef(old_logprobs, values, logprobs, vpreds, mask, advantages, ret
                 coef_on_vf=False)
 
 
+@part3("ppo_loss", "stats_keep_the_graph", "the stats were not detached, so each one keeps the whole autograd graph alive")
+def ppo_stats_attached(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef):
+    mean = _ref.masked_mean
+    pg_loss, vf_loss, stats = _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange,
+                                   cliprange_value, vf_coef)
+    stats["loss/policy"], stats["loss/value"] = pg_loss, vf_loss / vf_coef
+    stats["loss/total"] = pg_loss + vf_loss
+    stats["val/vpred"] = mean(vpreds, mask)
+    stats["policy/ratio"] = mean(torch.exp(logprobs - old_logprobs), mask)
+    return pg_loss, vf_loss, stats
+
+
+@part3("ppo_loss", "where_needs_a_bool_mask",
+       "the policy loss was masked with torch.where(mask, ...), which only accepts a bool mask")
+def ppo_where(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef):
+    return _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef,
+                mean=lambda x, m: torch.where(m, x, 0.0).sum() / m.sum())
+
+
 # --- GPTWithValueHead -----------------------------------------------------------------
 
 @part3("GPTWithValueHead", "value_head_not_zero_initialised", "the value head kept nn.Linear's random initialisation instead of zeros")
@@ -461,6 +581,16 @@ class ValueHeadOnLogits(_ref.GPTWithValueHead):
     def forward(self, input_ids, attention_mask=None):
         logits = self.lm(input_ids, attention_mask)
         return logits, self.value_head(logits).squeeze(-1)
+
+
+@part3("GPTWithValueHead", "value_head_without_bias",
+       "the value head was built with bias=False (a zero-initialised bias is still a parameter the critic needs)")
+class ValueHeadNoBias(_ref.GPTWithValueHead):
+    def __init__(self, lm):
+        nn.Module.__init__(self)
+        self.lm = lm
+        self.value_head = nn.Linear(lm.config.d_model, 1, bias=False)
+        nn.init.zeros_(self.value_head.weight)
 
 
 @part3("GPTWithValueHead", "values_not_squeezed", "the values keep the head's trailing dimension of size 1 ([batch, seq, 1])")
@@ -506,7 +636,7 @@ def reference_froze_policy(model):
 # --- batched_forward_pass -------------------------------------------------------------
 
 def _forward_pass(model, queries, responses, temperature, pad_id, return_logits, *, lp_shift=-1, v_shift=-1,
-                  use_temperature=True, zero_padding=True, left_pad_queries=False):
+                  use_temperature=True, zero_padding=True, left_pad_queries=False, mask_from_ids=False):
     device = queries[0].device
     if left_pad_queries:
         q_ids, _ = pad_batch(queries, side="left", pad_id=pad_id)
@@ -524,6 +654,8 @@ def _forward_pass(model, queries, responses, temperature, pad_id, return_logits,
     R = int(resp_lens.max())
     offsets = torch.arange(R)
     masks = (offsets[None] < resp_lens[:, None]).to(logits.dtype)
+    if mask_from_ids:
+        masks = (pad_batch(responses, side="right", pad_id=pad_id)[0] != pad_id).to(logits.dtype)
     T = input_ids.shape[1]
     lp_index = (query_lens[:, None] + lp_shift + offsets[None]).clamp(max=T - 1)
     v_index = (query_lens[:, None] + v_shift + offsets[None]).clamp(max=T - 1)
@@ -626,11 +758,13 @@ class RewardSumIndex(_RewardReadout):
 # --- PPOTrainer -----------------------------------------------------------------------
 
 def _trainer_step(self, queries, responses, scores, *, use_temperature=True, ref_is_policy=False, update_kl=True,
-                  dropout_on=False, shuffle=True):
+                  dropout_on=False, shuffle=True, kind_ignored=False, clip="config", cliprange_swap=False,
+                  entropy_sign=-1.0, kl_token_mean=False, std_of_one="zero", stats_as_tensors=False, ref_grad=False):
     """PPOTrainer.step with switches; each mistake below flips one."""
     cfg = self.config
     batch = len(queries)
     temperature = cfg.temperature if use_temperature else 1.0
+    kind = "kl" if kind_ignored else cfg.kl_penalty
 
     def forward(model, q, r, return_logits=False):
         return _ref.batched_forward_pass(model, q, r, temperature=temperature, pad_id=self.pad_id, return_logits=return_logits)
@@ -638,10 +772,17 @@ def _trainer_step(self, queries, responses, scores, *, use_temperature=True, ref
     self.model.train(dropout_on)
     with torch.no_grad():
         old_logprobs, logits, values, masks = forward(self.model, queries, responses, True)
-        ref_logprobs, _, _, _ = forward(self.model if ref_is_policy else self.ref_model, queries, responses)
         entropy = _ref.masked_mean(_ref.entropy_from_logits(logits), masks)
+    with torch.enable_grad() if ref_grad else torch.no_grad():
+        ref_logprobs, ref_logits, _, _ = forward(self.model if ref_is_policy else self.ref_model, queries, responses,
+                                                 kind == "full")
+    ref_logprobs = ref_logprobs.detach()
     kl_coef = self.kl_ctl.value
-    rewards, non_score, kls = _ref.compute_rewards(scores, old_logprobs, ref_logprobs, masks, kl_coef, cfg.kl_penalty)
+    if kind == "full":
+        lp, ref_lp = F.log_softmax(logits, -1), F.log_softmax(ref_logits.detach(), -1)
+    else:
+        lp, ref_lp = old_logprobs, ref_logprobs
+    rewards, non_score, kls = _ref.compute_rewards(scores, lp, ref_lp, masks, kl_coef, kind)
     values, advantages, returns = _ref.compute_advantages(values, rewards, masks, cfg.gamma, cfg.lam)
     collected = {}
     for _ in range(cfg.ppo_epochs):
@@ -650,28 +791,35 @@ def _trainer_step(self, queries, responses, scores, *, use_temperature=True, ref
             mq, mr = [queries[i] for i in idx.tolist()], [responses[i] for i in idx.tolist()]
             new_lp, new_logits, vpreds, mm = forward(self.model, mq, mr, True)
             w = mm.shape[1]
+            cliprange, cliprange_value = ((cfg.cliprange_value, cfg.cliprange) if cliprange_swap
+                                          else (cfg.cliprange, cfg.cliprange_value))
             pg, vf, stats = _ref.ppo_loss(old_logprobs[idx, :w], values[idx, :w], new_lp, vpreds, mm, advantages[idx, :w],
-                                          returns[idx, :w], cfg.cliprange, cfg.cliprange_value, cfg.vf_coef)
+                                          returns[idx, :w], cliprange, cliprange_value, cfg.vf_coef)
             ent = _ref.masked_mean(_ref.entropy_from_logits(new_logits), mm)
-            loss = pg + vf - cfg.ent_coef * ent
+            loss = pg + vf + entropy_sign * cfg.ent_coef * ent
             self.optimizer.zero_grad()
             loss.backward()
-            if cfg.max_grad_norm is not None:
+            if clip == "config" and cfg.max_grad_norm is not None:
                 nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            elif clip == "default_when_none":
+                nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm or 1.0)
             self.optimizer.step()
             stats["policy/entropy"] = ent.detach()
             for k, v in stats.items():
                 collected.setdefault(k, []).append(v)
     mean_kl = kls.sum(1).mean()
     if update_kl:
-        self.kl_ctl.update(mean_kl.item(), batch)
+        self.kl_ctl.update((_ref.masked_mean(kls, masks) if kl_token_mean else mean_kl).item(), batch)
+    std = scores.std().item() if batch > 1 or std_of_one == "nan" else 0.0
     out = {
         "objective/kl": mean_kl.item(), "objective/kl_coef": kl_coef, "objective/entropy": entropy.item(),
         "objective/logprobs": old_logprobs.sum(1).mean().item(), "objective/ref_logprobs": ref_logprobs.sum(1).mean().item(),
-        "ppo/mean_scores": scores.mean().item(), "ppo/std_scores": scores.std().item() if batch > 1 else 0.0,
+        "ppo/mean_scores": scores.mean().item(), "ppo/std_scores": std,
         "ppo/mean_non_score_reward": non_score.sum(1).mean().item(), "tokens/responses_len_mean": masks.sum(1).mean().item(),
     }
     out.update({f"ppo/{k}": torch.stack(v).mean().item() for k, v in collected.items()})
+    if stats_as_tensors:
+        out = {k: torch.tensor(v) for k, v in out.items()}
     return out
 
 
@@ -703,3 +851,69 @@ class TrainerDropout(_ref.PPOTrainer):
 class TrainerNoShuffle(_ref.PPOTrainer):
     def step(self, queries, responses, scores):
         return _trainer_step(self, queries, responses, scores, shuffle=False)
+
+
+@part3("PPOTrainer", "kl_penalty_kind_ignored", "config.kl_penalty was ignored (the default 'kl' estimator was always used)")
+class TrainerKindIgnored(_ref.PPOTrainer):
+    def step(self, queries, responses, scores):
+        return _trainer_step(self, queries, responses, scores, kind_ignored=True)
+
+
+@part3("PPOTrainer", "gradient_never_clipped", "the gradient norm was never clipped to config.max_grad_norm")
+class TrainerNoClip(_ref.PPOTrainer):
+    def step(self, queries, responses, scores):
+        return _trainer_step(self, queries, responses, scores, clip=None)
+
+
+@part3("PPOTrainer", "clipped_when_max_grad_norm_is_none",
+       "the gradient was clipped to a default norm of 1 when config.max_grad_norm is None (None means no clipping)")
+class TrainerClipsNone(_ref.PPOTrainer):
+    def step(self, queries, responses, scores):
+        return _trainer_step(self, queries, responses, scores, clip="default_when_none")
+
+
+@part3("PPOTrainer", "clipranges_swapped", "cliprange and cliprange_value were passed to ppo_loss in each other's place")
+class TrainerClipRangesSwapped(_ref.PPOTrainer):
+    def step(self, queries, responses, scores):
+        return _trainer_step(self, queries, responses, scores, cliprange_swap=True)
+
+
+@part3("PPOTrainer", "entropy_bonus_added_to_loss",
+       "ent_coef · entropy was added to the loss (it is a bonus: subtract it from the loss we minimise)")
+class TrainerEntropyAdded(_ref.PPOTrainer):
+    def step(self, queries, responses, scores):
+        return _trainer_step(self, queries, responses, scores, entropy_sign=1.0)
+
+
+@part3("PPOTrainer", "kl_controller_fed_token_mean",
+       "the KL controller was given the mean KL per token instead of the mean per-sequence KL (sum over tokens)")
+class TrainerTokenMeanKL(_ref.PPOTrainer):
+    def step(self, queries, responses, scores):
+        return _trainer_step(self, queries, responses, scores, kl_token_mean=True)
+
+
+@part3("PPOTrainer", "std_of_one_score_is_nan",
+       "ppo/std_scores is NaN for a batch of one (the unbiased std of one number; the docstring asks for 0.0)")
+class TrainerStdNaN(_ref.PPOTrainer):
+    def step(self, queries, responses, scores):
+        return _trainer_step(self, queries, responses, scores, std_of_one="nan")
+
+
+@part3("PPOTrainer", "stats_are_tensors", "the stats are returned as tensors instead of Python floats")
+class TrainerTensorStats(_ref.PPOTrainer):
+    def step(self, queries, responses, scores):
+        return _trainer_step(self, queries, responses, scores, stats_as_tensors=True)
+
+
+@part3("PPOTrainer", "reference_run_with_grad",
+       "the reference model ran with autograd on (outside torch.no_grad()), building a graph nobody uses")
+class TrainerRefWithGrad(_ref.PPOTrainer):
+    def step(self, queries, responses, scores):
+        return _trainer_step(self, queries, responses, scores, ref_grad=True)
+
+
+@part3("batched_forward_pass", "mask_from_token_ids",
+       "the masks were computed from the token ids (response != pad_id), so a PAD token sampled inside a response "
+       "is masked out; masks must come from the lengths")
+def forward_mask_from_ids(model, queries, responses, *, temperature=1.0, pad_id=0, return_logits=False):
+    return _forward_pass(model, queries, responses, temperature, pad_id, return_logits, mask_from_ids=True)

@@ -40,8 +40,9 @@ class Rollout:
 @torch.no_grad()
 def rollout(lm: GPT, tok: CharTokenizer, prompts: list[str], *, max_new_tokens: int, temperature: float,
             generator: torch.Generator, chunk: int = 64) -> Rollout:
-    """Sample one response per prompt from ``lm`` (KV-cached, left-padded queries)."""
-    queries = encode_queries(prompts, tok)
+    """Sample one response per prompt from ``lm`` (KV-cached, left-padded queries, on ``lm``'s device)."""
+    device = next(lm.parameters()).device
+    queries = [q.to(device) for q in encode_queries(prompts, tok)]
     responses: list[Tensor] = []
     for i in range(0, len(queries), chunk):
         ids, mask = pad_batch(queries[i:i + chunk], side="left", pad_id=tok.pad_id)
@@ -61,6 +62,16 @@ def prompt_batch(batch_size: int, seed: int, iteration: int) -> list[str]:
 def eval_prompts(n: int, seed: int = 12345) -> list[str]:
     """A fixed set of held-out prompts for before/after comparisons."""
     return review_prompts(n, seed=seed)
+
+
+class ReviewPrompts:
+    """The default prompt source (``--prompts reviews``): the functions above, as an object."""
+
+    batch = staticmethod(prompt_batch)
+    eval = staticmethod(eval_prompts)
+
+
+REVIEW_PROMPTS = ReviewPrompts()
 
 
 def freeze(model: nn.Module) -> nn.Module:

@@ -13,7 +13,6 @@ seen in training) and caches the model next to the pretrained checkpoint.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import hashlib
 import json
@@ -21,21 +20,23 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import Tensor
 
-from workbook.cli import add_dataclass_arguments, dataclass_from_args
+from workbook.cli import add_dataclass_arguments, dataclass_from_args, make_parser, require_choices
 from workbook.lm.corpus import preference_pairs
 from workbook.lm.model import GPT, GPTConfig
 from workbook.lm.pretrain import PretrainArgs, load_or_pretrain
 from workbook.lm.tokenizer import CharTokenizer, pad_batch
 from workbook.rlhf.data import load_part3
+from workbook.runs import command
 
 
 @dataclass(frozen=True)
 class RewardModelArgs:
-    impl: str = "exercises"
+    impl: Literal["exercises", "solutions"] = "exercises"
     """Whose RewardModel and preference_loss to train with: exercises or solutions."""
     seed: int = 0
     """Seeds the pairs, the head and the batch order."""
@@ -163,13 +164,15 @@ class RewardModelScorer:
         return (score_texts(self.model, self.tok, list(texts)) - self.mean) / self.std
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbook.rlhf.reward_model", description=__doc__.split("\n\n")[0])
+    parser = make_parser("python -m workbook.rlhf.reward_model", __doc__.split("\n\n")[0])
     add_dataclass_arguments(parser, RewardModelArgs)
     parser.add_argument("--force", action="store_true", help="retrain even if a cached model exists")
     ns = parser.parse_args(argv)
     force = ns.force
     args = dataclass_from_args(RewardModelArgs, ns)
+    require_choices(args)
     pretrain = PretrainArgs()
     path = _path(args, pretrain)
     if force or not path.exists():

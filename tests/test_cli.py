@@ -1,0 +1,186 @@
+"""The layer around the exercises: every command's --help, one-line errors, run folders, wandb.
+
+The commands run for real (in a subprocess where the process' own behaviour is the point: exit
+status, no traceback, the time wandb may take) with tiny settings and ``--wandb disabled``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workbook.__main__ import COMMANDS
+from workbook.__main__ import main as workbook_main
+from workbook.cli import parse_value
+from workbook.runs import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+ONE_LINE_ERROR = re.compile(r"error: [^:\n]+: [^\n]+\n")
+
+
+def run(*argv: str, cwd: Path = ROOT, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workbook", *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})))
+
+
+def test_every_command_answers_help_without_side_effects(tmp_path):
+    # One process for all of them (imports are the slow part); the dispatcher is the real one.
+    script = ("import sys; from workbook.__main__ import main\n"
+              "for name in sys.argv[1:]:\n"
+              "    try:\n        main([name, '--help'])\n    except SystemExit as e:\n"
+              "        assert e.code == 0, (name, e.code)\n    else:\n        raise AssertionError(name + ' ignored --help')\n"
+              "    print('HELP-OK', name)\n")
+    proc = subprocess.run([sys.executable, "-c", script, *COMMANDS], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [line for line in proc.stdout.splitlines() if line.startswith("HELP-OK")] == [f"HELP-OK {c}" for c in COMMANDS]
+    assert "--debug" in proc.stdout and "--overwrite" in proc.stdout
+    assert list(tmp_path.iterdir()) == [], "--help wrote something"
+
+
+def test_unknown_command_is_named_with_the_list_of_commands():
+    proc = run("bogus")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert ONE_LINE_ERROR.fullmatch(proc.stderr) and "'bogus'" in proc.stderr
+    assert all(name in proc.stderr for name in COMMANDS)
+
+
+@pytest.mark.parametrize("argv", [
+    ["cartpole", "--set", "num_envs=2.5"],
+    ["rlhf", "--mini-batch-size", "7"],
+])
+def test_bad_option_is_one_line_in_a_real_process(argv, tmp_path):
+    proc = run(*argv, "--runs-dir" if argv[0] == "cartpole" else "--run-dir", str(tmp_path / "runs"))
+    assert proc.returncode == 2, proc.stderr
+    assert ONE_LINE_ERROR.fullmatch(proc.stderr), proc.stderr
+    assert not (tmp_path / "runs").exists()
+    if argv[0] == "cartpole":
+        debug = run(*argv, "--debug", "--runs-dir", str(tmp_path / "runs"))
+        assert debug.returncode == 2 and "Traceback" in debug.stderr and debug.stderr.endswith(proc.stderr)
+
+
+BAD = [
+    (["cartpole", "--set", "num_envs=2.5"], "num_envs", "expected int"),
+    (["cartpole", "--set", "learning_rate=-1e-3"], "learning_rate", "> 0"),
+    (["cartpole", "--set", "num_minibatches=3"], "num_minibatches", "does not divide"),
+    (["cartpole", "--set", "nonsense=1"], "--set", "no field 'nonsense'"),
+    (["cartpole", "--set", "env_id=Pendulum-v1"], "env_id", "python -m workbook continuous"),
+    (["cartpole", "--set", "env_id=NoSuchEnv-v0"], "env_id", "not a gymnasium environment"),
+    (["cartpole", "--eval-episodes", "0"], "--eval-episodes", "≥ 1"),
+    (["cartpole", "--wandb", "bogus"], "--wandb", "invalid choice"),
+    (["cartpole", "--impl", "bogus"], "--impl", "invalid choice"),
+    (["cartpole", "--seeds", "1", "1"], "--seeds", "repeated"),
+    (["cartpole", "--run-name", "a/b"], "--run-name", "not a folder name"),
+    (["cartpole", "--bogus"], "--bogus", "unknown option"),
+    (["rlhf", "--mini-batch-size", "7"], "--mini-batch-size", "does not divide"),
+    (["rlhf", "--iterations", "2.5"], "--iterations", "invalid int"),
+    (["rlhf", "--learning-rate", "-1"], "--learning-rate", "> 0"),
+    (["rlhf", "--wandb", "bogus"], "--wandb", "invalid choice"),
+    (["rlhf", "--kl-penalty", "kl2"], "--kl-penalty", "invalid choice"),
+    (["rlhf", "--reward", "human"], "--reward", "invalid choice"),
+    (["rlhf", "--eval-samples", "0"], "--eval-samples", "≥ 1"),
+    (["grade", "--impl", "mine"], "--impl", "invalid choice"),
+    (["grade", "--part", "part9"], "--part", "invalid choice"),
+    (["pretrain", "--d-model", "100", "--n-head", "3"], "--n-head", "does not divide"),
+    (["stubs", "no/such/file.py"], "solution", "not a file"),
+]
+
+
+@pytest.mark.parametrize("argv, field, what", BAD, ids=[" ".join(a) for a, _, _ in BAD])
+def test_bad_setting_is_one_line_and_writes_nothing(argv, field, what, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    extra = {"cartpole": ["--runs-dir", str(runs)], "rlhf": ["--run-dir", str(runs)]}.get(argv[0], [])
+    assert workbook_main(argv + extra) == 2
+    out, err = capsys.readouterr()
+    assert ONE_LINE_ERROR.fullmatch(err), err
+    assert err.startswith(f"error: {field}: ") and what in err, err
+    assert not runs.exists(), "a run folder was created for a run that failed validation"
+
+
+def test_unwritable_runs_dir_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert workbook_main(["cartpole", "--runs-dir", str(blocker / "runs"), "--wandb", "disabled"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --runs-dir: cannot create {blocker}/runs/")
+    assert workbook_main(["rlhf", "--run-dir", "/proc/runs", "--wandb", "disabled"]) == 2  # root may write anywhere else
+    assert "error: --run-dir: cannot create /proc/runs/" in capsys.readouterr().err
+
+
+def test_int_fields_reject_fractions():
+    assert parse_value("n", int, "12") == 12 and parse_value("n", int, "1e5") == 100_000
+    assert parse_value("x", float, "1e-3") == 1e-3 and parse_value("b", bool, "false") is False
+    for hint, text in ((int, "2.5"), (int, "two"), (float, "nan"), (bool, "maybe")):
+        with pytest.raises(ConfigError):
+            parse_value("f", hint, text)
+
+
+def test_a_run_name_is_never_reused_without_overwrite(tmp_path, capsys):
+    argv = ["cartpole", "--impl", "solutions", "--total-timesteps", "1024", "--eval-episodes", "1", "--wandb", "disabled",
+            "--no-progress", "--runs-dir", str(tmp_path), "--run-name", "mine"]
+    assert workbook_main(argv) in (0, 1)
+    metrics = tmp_path / "mine" / "metrics.jsonl"
+    (tmp_path / "mine" / "marker").write_text("first run")
+    capsys.readouterr()
+    assert workbook_main(argv) == 2
+    err = capsys.readouterr().err
+    assert ONE_LINE_ERROR.fullmatch(err) and err.startswith("error: --run-name: ") and "--overwrite" in err
+    assert (tmp_path / "mine" / "marker").exists(), "the first run was touched"
+    assert workbook_main(argv + ["--overwrite"]) in (0, 1)
+    assert metrics.exists() and not (tmp_path / "mine" / "marker").exists(), "--overwrite replaces the old run"
+
+
+WANDB_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+from workbook.runs import start_wandb
+out = {}
+for mode in sys.argv[1:]:
+    start = time.perf_counter()
+    run = start_wandb(mode, project="p", run_name=mode, run_dir=Path(mode), config={})
+    out[mode] = {"seconds": time.perf_counter() - start, "offline": None if run is None else run.settings._offline,
+                 "imported": "wandb" in sys.modules}
+    if run is not None:
+        run.finish()
+print(json.dumps(out))
+"""
+
+
+def _wandb(tmp_path: Path, modes: list[str], **env: str) -> tuple[dict, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    base.update(HOME=str(tmp_path), PYTHONPATH=str(ROOT), **env)  # HOME: no ~/.netrc, so no stored key
+    proc = subprocess.run([sys.executable, "-c", WANDB_SCRIPT, *modes], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env=base)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_wandb_disabled_never_imports_it_and_offline_never_waits(tmp_path):
+    # A closed port as the server: offline mode must not care.
+    result, err = _wandb(tmp_path, ["disabled", "offline"], WANDB_BASE_URL="http://127.0.0.1:9", WANDB_API_KEY="a" * 40)
+    assert result["disabled"] == {"seconds": result["disabled"]["seconds"], "offline": None, "imported": False}
+    assert result["offline"]["offline"] is True and result["offline"]["seconds"] < 30
+    assert err == ""
+
+
+def test_wandb_online_falls_back_to_offline_in_bounded_time(tmp_path):
+    # No credentials at all, then a key but no server (a closed localhost port): offline after WANDB_INIT_TIMEOUT.
+    no_key, err = _wandb(tmp_path, ["online"])
+    assert no_key["online"]["offline"] is True and no_key["online"]["seconds"] < 30
+    assert err.count("\n") == 1 and "logging offline instead" in err and "wandb sync" in err
+    no_net, err = _wandb(tmp_path, ["online"], WANDB_API_KEY="a" * 40, WANDB_BASE_URL="http://127.0.0.1:9",
+                         WANDB_INIT_TIMEOUT="3")
+    assert no_net["online"]["offline"] is True and no_net["online"]["seconds"] < 3 + 20
+    assert err.count("\n") == 1 and "logging offline instead" in err
+
+
+def test_only_runs_py_starts_wandb():
+    """Same wandb policy in every command: nobody else calls wandb.init."""
+    callers = [p.relative_to(ROOT) for p in (ROOT / "workbook").rglob("*.py") if "wandb.init(" in p.read_text()]
+    assert callers == [Path("workbook/runs.py")]

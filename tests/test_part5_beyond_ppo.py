@@ -1,0 +1,371 @@
+"""Tests for Part 5 (exercises/part5_beyond_ppo.py): GRPO, RLOO and DPO.
+
+Run: ``pytest tests/test_part5_beyond_ppo.py`` (your code) or add ``--impl=solutions``.
+Every value is compared with the reference solution on seeded inputs, across every setting
+the docstrings offer (each scale, each normalisation, β = 0 and β > 0, several clip ranges,
+bool / int64 / float masks); a wrong answer names the known mistake it looks like
+(workbook/mistakes/part5_beyond_ppo.py). Padding holds garbage on purpose: it must never
+reach a number. Tolerances: rtol=1e-5, atol=1e-5 unless a test says otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workbook.checking import WrongAnswer, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
+
+PART = "part5_beyond_ppo"
+POINTS = {
+    "repeat_for_groups": 1,
+    "grpo_advantages": 2,
+    "grpo_loss": 3,
+    "rloo_advantages": 2,
+    "dpo_loss": 2,
+}
+HYPOTHESIS = settings(max_examples=20, deadline=None, derandomize=True)
+MASK_DTYPES = [torch.bool, torch.int64, torch.float32]
+
+
+def mistake(exercise: str, name: str) -> str:
+    return known_mistake(PART, exercise, name)
+
+
+def diagnose(exercise: str, got, *args, **kwargs) -> list[str]:
+    return matching_mistakes(PART, exercise, lambda fn: fn(*args, **kwargs), got, rtol=1e-5, atol=1e-5)
+
+
+def expect_value_error(impl, exercise: str, call: str, mistake_name: str | None, *args, **kwargs) -> None:
+    try:
+        getattr(impl, exercise)(*args, **kwargs)
+    except ValueError:
+        return
+    raise WrongAnswer(explain(call, "expected a ValueError", [mistake(exercise, mistake_name)] if mistake_name else []))
+
+
+def randn(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    return scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def ragged_mask(seed: int, batch: int, resp: int, dtype=torch.float32) -> torch.Tensor:
+    """Right-padded mask: lengths in [1, resp], one row full length, one row a single token."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, resp + 1, (batch,), generator=g)
+    lengths[0], lengths[-1] = resp, 1
+    return (torch.arange(resp)[None] < lengths[:, None]).to(dtype)
+
+
+def with_padding_garbage(x: torch.Tensor, mask: torch.Tensor, value: float = 7.0) -> torch.Tensor:
+    return torch.where(mask.bool(), x, torch.full_like(x, value))
+
+
+# --- repeat_for_groups ------------------------------------------------------------------
+
+PROMPTS = ["the plot", "i thought the", "the acting", "this film"]
+
+
+@pytest.mark.exercise("repeat_for_groups")
+@pytest.mark.parametrize("n,group_size", [(3, 2), (4, 3), (1, 5), (2, 8)])
+def test_repeat_for_groups_matches_reference(impl, ref, n, group_size):
+    check_call(impl, ref, "repeat_for_groups", PROMPTS[:n], group_size)
+
+
+@pytest.mark.exercise("repeat_for_groups")
+def test_a_view_of_the_batch_gives_one_row_per_prompt(impl):
+    n, g = 3, 4
+    repeated, index = impl.repeat_for_groups(PROMPTS[:n], g)
+    rows = [repeated[i * g:(i + 1) * g] for i in range(n)]
+    ok = all(row == [PROMPTS[i]] * g for i, row in enumerate(rows)) and torch.equal(
+        index.view(n, g), torch.arange(n)[:, None].expand(n, g))
+    if not ok:
+        raise WrongAnswer(explain(describe_call("repeat_for_groups", PROMPTS[:n], g),
+                                  f"row i of a (num_prompts, G) view must be G copies of prompt i; got {repeated} and {index.tolist()}",
+                                  diagnose("repeat_for_groups", (repeated, index), PROMPTS[:n], g)))
+
+
+@pytest.mark.exercise("repeat_for_groups")
+@pytest.mark.parametrize("group_size", [1, 0])
+def test_repeat_for_groups_rejects_groups_without_a_baseline(impl, group_size):
+    expect_value_error(impl, "repeat_for_groups", f"repeat_for_groups(prompts, group_size={group_size})",
+                       "group_of_one_accepted", PROMPTS[:2], group_size)
+
+
+@pytest.mark.exercise("repeat_for_groups")
+def test_repeat_for_groups_rejects_no_prompts(impl):
+    expect_value_error(impl, "repeat_for_groups", "repeat_for_groups([], 4)", None, [], 4)
+
+
+# --- grpo_advantages --------------------------------------------------------------------
+
+def group_rewards(seed: int, groups: int, group_size: int, tied_group: int | None = 1) -> torch.Tensor:
+    """Rewards in groups, each group on its own level; one group tied (all rewards equal)."""
+    r = randn(seed, groups, group_size, scale=0.5) + randn(seed + 1, groups, 1, scale=2.0)
+    if tied_group is not None:
+        r[tied_group] = 0.3
+    return r.reshape(-1)
+
+
+@pytest.mark.exercise("grpo_advantages")
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+@pytest.mark.parametrize("seed,groups,group_size", [(0, 3, 4), (1, 4, 2), (2, 2, 8)])
+def test_grpo_advantages_matches_reference(impl, ref, scale, seed, groups, group_size):
+    check_call(impl, ref, "grpo_advantages", group_rewards(seed, groups, group_size), group_size, scale)
+
+
+@pytest.mark.exercise("grpo_advantages")
+def test_grpo_advantages_with_another_eps(impl, ref):
+    check_call(impl, ref, "grpo_advantages", group_rewards(3, 3, 4, tied_group=None), 4, "group", eps=0.5)
+
+
+@pytest.mark.exercise("grpo_advantages")
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_a_tied_group_gets_zero_advantage_not_nan(impl, scale):
+    rewards = torch.tensor([0.7, 0.7, 0.7, 0.7, -0.2, 0.1, 0.4, 0.9])
+    got = impl.grpo_advantages(rewards, 4, scale)
+    if not torch.isfinite(got).all() or got[:4].abs().max() > 1e-6:
+        raise WrongAnswer(explain(describe_call("grpo_advantages", rewards, 4, scale),
+                                  f"a group of equal rewards must get advantage 0 (finite); got {got[:4].tolist()}",
+                                  diagnose("grpo_advantages", got, rewards, 4, scale)))
+
+
+@pytest.mark.exercise("grpo_advantages")
+@HYPOTHESIS
+@given(seed=st.integers(0, 10_000), groups=st.integers(1, 5), group_size=st.integers(2, 6),
+       scale=st.sampled_from(["group", "batch", "none"]))
+def test_each_groups_advantages_sum_to_zero(impl, seed, groups, group_size, scale):
+    rewards = group_rewards(seed, groups, group_size, tied_group=None)
+    got = impl.grpo_advantages(rewards, group_size, scale)
+    sums = got.view(groups, group_size).sum(dim=1)
+    torch.testing.assert_close(sums, torch.zeros(groups), rtol=0, atol=1e-4, msg=lambda m: explain(
+        describe_call("grpo_advantages", rewards, group_size, scale),
+        "within each group (a row of view(-1, G)) the advantages must sum to 0\n  " + m,
+        diagnose("grpo_advantages", got, rewards, group_size, scale)))
+
+
+@pytest.mark.exercise("grpo_advantages")
+@pytest.mark.parametrize("n,group_size,scale", [(8, 1, "group"), (10, 4, "group"), (8, 4, "std")])
+def test_grpo_advantages_rejects_bad_arguments(impl, n, group_size, scale):
+    expect_value_error(impl, "grpo_advantages", f"grpo_advantages(Tensor[{n}], {group_size}, {scale!r})", None,
+                       torch.randn(n), group_size, scale)
+
+
+@pytest.mark.exercise("grpo_advantages")
+def test_grpo_advantages_carry_no_gradient(impl):
+    got = impl.grpo_advantages(group_rewards(0, 2, 4).requires_grad_(True), 4)
+    if got.requires_grad:
+        raise WrongAnswer(explain("grpo_advantages(rewards requiring grad, 4)", "the advantages require grad"))
+
+
+# --- grpo_loss --------------------------------------------------------------------------
+
+def grpo_inputs(seed: int, batch: int = 6, resp: int = 7, mask_dtype=torch.float32):
+    mask = ragged_mask(seed, batch, resp, mask_dtype)
+    old = -torch.rand(batch, resp, generator=torch.Generator().manual_seed(seed)) * 3
+    logprobs = old + 0.3 * randn(seed + 1, batch, resp)  # many ratios outside [0.8, 1.2]
+    ref = old + 0.5 * randn(seed + 2, batch, resp)
+    advantages = randn(seed + 3, batch)
+    return (with_padding_garbage(logprobs, mask), with_padding_garbage(old, mask, -3.0), with_padding_garbage(ref, mask, 2.0),
+            advantages, mask)
+
+
+@pytest.mark.exercise("grpo_loss")
+@pytest.mark.parametrize("normalisation", ["sequence", "token", "constant"])
+@pytest.mark.parametrize("seed,cliprange,beta", [(0, 0.2, 0.04), (1, 0.1, 0.0), (2, 0.3, 0.5)])
+def test_grpo_loss_matches_reference(impl, ref, normalisation, seed, cliprange, beta):
+    max_len = 10 if normalisation == "constant" else None
+    check_call(impl, ref, "grpo_loss", *grpo_inputs(seed), cliprange, beta, normalisation, max_len)
+
+
+@pytest.mark.exercise("grpo_loss")
+@pytest.mark.parametrize("mask_dtype", MASK_DTYPES, ids=str)
+@pytest.mark.parametrize("normalisation", ["sequence", "token", "constant"])
+def test_grpo_loss_takes_any_mask_dtype(impl, ref, mask_dtype, normalisation):
+    check_call(impl, ref, "grpo_loss", *grpo_inputs(4, mask_dtype=mask_dtype), 0.2, 0.1, normalisation, 7)
+
+
+@pytest.mark.exercise("grpo_loss")
+@pytest.mark.parametrize("normalisation", ["sequence", "token", "constant"])
+def test_grpo_loss_gradient_matches_reference(impl, ref, normalisation):
+    def run(fn):
+        logprobs, old, ref_lp, adv, mask = grpo_inputs(5)
+        logprobs.requires_grad_(True)
+        loss, _ = fn(logprobs, old, ref_lp, adv, mask, 0.2, 0.1, normalisation, 9)
+        loss.backward()
+        return logprobs.grad
+    check_exercise(impl, ref, "grpo_loss", run, call=f"grpo_loss(...).backward(), normalisation={normalisation!r}: d loss / d logprobs")
+
+
+@pytest.mark.exercise("grpo_loss")
+def test_how_each_normalisation_weighs_long_and_short_responses(impl):
+    # Two responses on-policy (ratio 1), equal to the reference (KL 0): the loss is −Σ A·(weights).
+    # Lengths 1 and 3, advantages +1 and −1. Per token the loss is −A.
+    #   sequence: mean(−1/1, +3/3) = 0          (each response weighs the same, whatever its length)
+    #   token:    (−1 + 3) / 4 = 0.5             (each token weighs the same: the long one dominates)
+    #   constant: (−1 + 3) / (2 · 4) = 0.25      (a fixed denominator, max_len = 4)
+    logprobs = torch.tensor([[-1.0, 0.0, 0.0], [-0.5, -0.7, -0.2]])
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    args = (logprobs, logprobs.clone(), logprobs.clone(), torch.tensor([1.0, -1.0]), mask, 0.2, 0.3)
+    for normalisation, expected in (("sequence", 0.0), ("token", 0.5), ("constant", 0.25)):
+        loss, _ = impl.grpo_loss(*args, normalisation, 4)
+        if abs(loss.item() - expected) > 1e-5:
+            raise WrongAnswer(explain(describe_call("grpo_loss", *args, normalisation, 4),
+                                      f"expected {expected} (see the comment in this test), got {loss.item():.6g}",
+                                      diagnose("grpo_loss", (loss, impl.grpo_loss(*args, normalisation, 4)[1]), *args,
+                                               normalisation, 4)))
+
+
+@pytest.mark.exercise("grpo_loss")
+@HYPOTHESIS
+@given(seed=st.integers(0, 10_000), normalisation=st.sampled_from(["sequence", "token", "constant"]))
+def test_beta_zero_drops_the_reference_and_the_kl_term_is_never_negative(impl, seed, normalisation):
+    logprobs, old, ref_lp, adv, mask = grpo_inputs(seed)
+    a, _ = impl.grpo_loss(logprobs, old, ref_lp, adv, mask, 0.2, 0.0, normalisation, 8)
+    b, _ = impl.grpo_loss(logprobs, old, ref_lp + 1.5, adv, mask, 0.2, 0.0, normalisation, 8)
+    c, _ = impl.grpo_loss(logprobs, old, ref_lp, adv, mask, 0.2, 0.5, normalisation, 8)
+    call = describe_call("grpo_loss", logprobs, old, ref_lp, adv, mask, 0.2, "β", normalisation, 8)
+    if abs(a.item() - b.item()) > 1e-5:
+        raise WrongAnswer(explain(call, "with β = 0 the loss must not depend on the reference log-probs"))
+    if c.item() < a.item() - 1e-6:
+        raise WrongAnswer(explain(call, f"β > 0 lowered the loss ({a.item():.5g} → {c.item():.5g}): the k3 KL is ≥ 0 and is added",
+                                  diagnose("grpo_loss", impl.grpo_loss(logprobs, old, ref_lp, adv, mask, 0.2, 0.5, normalisation, 8),
+                                           logprobs, old, ref_lp, adv, mask, 0.2, 0.5, normalisation, 8)))
+
+
+@pytest.mark.exercise("grpo_loss")
+@pytest.mark.parametrize("normalisation,max_len", [("constant", None), ("mean", None)])
+def test_grpo_loss_rejects_bad_normalisation(impl, normalisation, max_len):
+    expect_value_error(impl, "grpo_loss", f"grpo_loss(..., normalisation={normalisation!r}, max_len={max_len})", None,
+                       *grpo_inputs(0), 0.2, 0.04, normalisation, max_len)
+
+
+# --- rloo_advantages --------------------------------------------------------------------
+
+def rloo_inputs(seed: int, groups: int = 3, group_size: int = 4, resp: int = 6, mask_dtype=torch.float32):
+    batch = groups * group_size
+    mask = ragged_mask(seed, batch, resp, mask_dtype)
+    logprobs = -torch.rand(batch, resp, generator=torch.Generator().manual_seed(seed)) * 3
+    ref = logprobs - 0.4 * randn(seed + 1, batch, resp).abs()
+    scores = randn(seed + 2, batch)
+    return scores, with_padding_garbage(logprobs, mask), with_padding_garbage(ref, mask, -5.0), mask
+
+
+@pytest.mark.exercise("rloo_advantages")
+@pytest.mark.parametrize("seed,groups,group_size,kl_coef", [(0, 3, 4, 0.1), (1, 2, 2, 0.05), (2, 1, 8, 0.0), (3, 4, 3, 1.0)])
+def test_rloo_advantages_matches_reference(impl, ref, seed, groups, group_size, kl_coef):
+    check_call(impl, ref, "rloo_advantages", *rloo_inputs(seed, groups, group_size), group_size, kl_coef)
+
+
+@pytest.mark.exercise("rloo_advantages")
+@pytest.mark.parametrize("mask_dtype", MASK_DTYPES, ids=str)
+def test_rloo_advantages_takes_any_mask_dtype(impl, ref, mask_dtype):
+    check_call(impl, ref, "rloo_advantages", *rloo_inputs(4, mask_dtype=mask_dtype), 4, 0.2)
+
+
+@pytest.mark.exercise("rloo_advantages")
+def test_rloo_worked_example(impl):
+    # One group of k = 3 with zero KL: rewards 1, 2, 6. Leave-one-out baselines are
+    # (2+6)/2 = 4, (1+6)/2 = 3.5, (1+2)/2 = 1.5, so the advantages are −3, −1.5, 4.5.
+    # (The plain group mean 3 would give −2, −1, 3: every advantage shrunk by (k−1)/k.)
+    logprobs = torch.full((3, 2), -1.0)
+    args = (torch.tensor([1.0, 2.0, 6.0]), logprobs, logprobs.clone(), torch.ones(3, 2), 3, 0.1)
+    got, rewards = impl.rloo_advantages(*args)
+    expected = torch.tensor([-3.0, -1.5, 4.5])
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5, msg=lambda m: explain(
+        describe_call("rloo_advantages", *args), "see the worked example in this test\n  " + m,
+        diagnose("rloo_advantages", (got, rewards), *args)))
+
+
+@pytest.mark.exercise("rloo_advantages")
+def test_rloo_advantages_carry_no_gradient(impl):
+    scores, logprobs, ref_lp, mask = rloo_inputs(0)
+    out = impl.rloo_advantages(scores, logprobs.requires_grad_(True), ref_lp, mask, 4, 0.1)
+    if any(t.requires_grad for t in out):
+        raise WrongAnswer(explain("rloo_advantages(scores, logprobs requiring grad, ...)",
+                                  "the advantages or rewards require grad", [mistake("rloo_advantages", "kl_keeps_gradient")]))
+
+
+@pytest.mark.exercise("rloo_advantages")
+@pytest.mark.parametrize("batch,group_size", [(8, 1), (10, 4)])
+def test_rloo_advantages_rejects_bad_groups(impl, batch, group_size):
+    scores, logprobs, ref_lp, mask = rloo_inputs(0, groups=1, group_size=batch)
+    expect_value_error(impl, "rloo_advantages", f"rloo_advantages(Tensor[{batch}], ..., group_size={group_size})", None,
+                       scores, logprobs, ref_lp, mask, group_size, 0.1)
+
+
+# --- dpo_loss ---------------------------------------------------------------------------
+
+def dpo_inputs(seed: int, batch: int = 6, resp_c: int = 7, resp_r: int = 5, mask_dtype=torch.float32, spread: float = 0.5):
+    cm, rm = ragged_mask(seed, batch, resp_c, mask_dtype), ragged_mask(seed + 1, batch, resp_r, mask_dtype)
+    ref_c = -torch.rand(batch, resp_c, generator=torch.Generator().manual_seed(seed)) * 3
+    ref_r = -torch.rand(batch, resp_r, generator=torch.Generator().manual_seed(seed + 1)) * 3
+    pol_c = ref_c + spread * randn(seed + 2, batch, resp_c)
+    pol_r = ref_r + spread * randn(seed + 3, batch, resp_r)
+    return (with_padding_garbage(pol_c, cm), with_padding_garbage(pol_r, rm), with_padding_garbage(ref_c, cm, -4.0),
+            with_padding_garbage(ref_r, rm, 3.0), cm, rm)
+
+
+@pytest.mark.exercise("dpo_loss")
+@pytest.mark.parametrize("seed,beta", [(0, 0.1), (1, 0.5), (2, 2.0)])
+def test_dpo_loss_matches_reference(impl, ref, seed, beta):
+    check_call(impl, ref, "dpo_loss", *dpo_inputs(seed), beta)
+
+
+@pytest.mark.exercise("dpo_loss")
+@pytest.mark.parametrize("mask_dtype", MASK_DTYPES, ids=str)
+def test_dpo_loss_takes_any_mask_dtype(impl, ref, mask_dtype):
+    check_call(impl, ref, "dpo_loss", *dpo_inputs(3, mask_dtype=mask_dtype), 0.3)
+
+
+@pytest.mark.exercise("dpo_loss")
+def test_dpo_loss_gradient_matches_reference(impl, ref):
+    def run(fn):
+        pol_c, pol_r, ref_c, ref_r, cm, rm = dpo_inputs(4)
+        pol_c.requires_grad_(True)
+        pol_r.requires_grad_(True)
+        loss, _ = fn(pol_c, pol_r, ref_c, ref_r, cm, rm, 0.2)
+        loss.backward()
+        return pol_c.grad, pol_r.grad
+    check_exercise(impl, ref, "dpo_loss", run, call="dpo_loss(..., beta=0.2).backward(): gradients of the policy log-probs")
+
+
+@pytest.mark.exercise("dpo_loss")
+def test_a_policy_equal_to_its_reference_has_loss_log_2_and_no_accuracy(impl):
+    pol_c, pol_r, _, _, cm, rm = dpo_inputs(5)
+    args = (pol_c, pol_r, pol_c.clone(), pol_r.clone(), cm, rm, 0.1)
+    loss, stats = impl.dpo_loss(*args)
+    got = torch.stack([loss.detach(), stats["rewards/accuracies"], stats["rewards/margins"]])
+    torch.testing.assert_close(got, torch.tensor([math.log(2.0), 0.0, 0.0]), rtol=0, atol=1e-5, msg=lambda m: explain(
+        describe_call("dpo_loss", *args),
+        "with π = π_ref every implicit reward is 0: loss log 2, margins 0, accuracy 0 (ties do not count)\n  " + m,
+        diagnose("dpo_loss", (loss, stats), *args)))
+
+
+@pytest.mark.exercise("dpo_loss")
+def test_dpo_loss_stays_finite_for_a_huge_wrong_margin(impl, ref):
+    # The policy prefers the rejected responses by hundreds of nats: the loss is large, not inf.
+    pol_c, pol_r, ref_c, ref_r, cm, rm = dpo_inputs(6)
+    args = (pol_c - 100.0, pol_r + 100.0, ref_c, ref_r, cm, rm, 1.0)
+    loss, stats = impl.dpo_loss(*args)
+    expected, _ = ref.dpo_loss(*args)
+    if not torch.isfinite(loss) or abs(loss.item() - expected.item()) > 1e-3 * abs(expected.item()):
+        raise WrongAnswer(explain(describe_call("dpo_loss", *args), f"expected a finite loss {expected.item():.6g}, got {loss.item()}",
+                                  diagnose("dpo_loss", (loss, stats), *args)))
+
+
+@pytest.mark.exercise("dpo_loss")
+def test_raising_chosen_and_lowering_rejected_lowers_the_loss(impl):
+    pol_c, pol_r, ref_c, ref_r, cm, rm = dpo_inputs(7)
+    pol_c.requires_grad_(True)
+    pol_r.requires_grad_(True)
+    loss, _ = impl.dpo_loss(pol_c, pol_r, ref_c, ref_r, cm, rm, 0.5)
+    loss.backward()
+    real_c, real_r = pol_c.grad[cm.bool()], pol_r.grad[rm.bool()]
+    if not ((real_c < 0).all() and (real_r > 0).all()):
+        raise WrongAnswer(explain("dpo_loss(...).backward()",
+                                  "on real tokens d loss / d chosen log-probs must be < 0 and d loss / d rejected log-probs > 0",
+                                  diagnose("dpo_loss", impl.dpo_loss(pol_c, pol_r, ref_c, ref_r, cm, rm, 0.5),
+                                           pol_c, pol_r, ref_c, ref_r, cm, rm, 0.5)))

@@ -1,0 +1,212 @@
+"""Tests for Part 6 (exercises/part6_data_parallel.py).
+
+Run: ``pytest tests/test_part6_data_parallel.py`` (your code) or add ``--impl=solutions``.
+``data_seed`` is checked by its properties. The other two exercises need two processes: the
+first test that needs them starts ONE ``torchrun --nproc_per_node=2`` job (gloo, CPU, a few
+seconds) that runs your code, the reference, every known mistake and correct alternative, and
+DistributedDataParallel on the same per-rank inputs (workbook/distributed_check.py); the tests
+then compare what each rank got. Each exercise is also checked in a single process, where it must be a world of one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from workbook import variants
+from workbook.checking import WrongAnswer, check_call, check_exercise, compare, explain, matching_mistakes
+from workbook.distributed import torchrun
+from workbook.distributed_check import WHITEN_CASES, gradient_case, gradient_loss, whiten_case
+
+PART = "part6_data_parallel"
+POINTS = {
+    "data_seed": 1,
+    "average_gradients": 2,
+    "global_masked_whiten": 2,
+}
+ROOT = Path(__file__).resolve().parent.parent
+RANKS = 2
+
+
+# --- data_seed: properties, checked in this process ------------------------------------------------
+
+SEEDS, WORLD = range(0, 40), range(0, 8)
+
+
+def _seed_table(fn) -> list[int]:
+    return [fn(s, r) for s in SEEDS for r in WORLD]
+
+
+def _fail_seed(impl, problem: str) -> None:
+    got = _seed_table(impl.data_seed)
+    labels = matching_mistakes(PART, "data_seed", _seed_table, got, rtol=0, atol=0)
+    raise WrongAnswer(explain("data_seed(seed, rank) for seed in 0..39, rank in 0..7", problem, labels))
+
+
+@pytest.mark.exercise("data_seed")
+def test_data_seed_rank_zero_keeps_the_seed(impl):
+    for seed in (0, 1, 7, 12345):
+        got = impl.data_seed(seed, 0)
+        if got != seed:
+            _fail_seed(impl, f"output: data_seed({seed}, 0) = {got!r}, expected {seed} (one rank is the single-process run)")
+
+
+@pytest.mark.exercise("data_seed")
+def test_data_seed_differs_across_ranks_and_runs(impl):
+    seen: dict[int, tuple[int, int]] = {}
+    for seed, rank in itertools.product(SEEDS, WORLD):
+        got = impl.data_seed(seed, rank)
+        if not isinstance(got, int) or isinstance(got, bool) or got < 0:
+            _fail_seed(impl, f"output: data_seed({seed}, {rank}) = {got!r}, expected a non-negative int")
+        if got in seen:
+            other = seen[got]
+            what = "two ranks of one run" if other[0] == seed else "two different runs"
+            _fail_seed(impl, f"output: data_seed{other} and data_seed({seed}, {rank}) are both {got}: "
+                             f"{what} would collect the same data")
+        seen[got] = (seed, rank)
+
+
+# --- the single-process path (no process group) ------------------------------------------------------
+
+@pytest.mark.exercise("average_gradients")
+def test_average_gradients_in_one_process_changes_nothing(impl):
+    net, x = gradient_case(0, rank=0)
+    gradient_loss(net, x).backward()
+    before = [None if p.grad is None else p.grad.clone() for p in net.parameters()]
+    assert impl.average_gradients(net.parameters()) is None, "average_gradients works in place and returns None"
+    after = [None if p.grad is None else p.grad.clone() for p in net.parameters()]
+    problem = compare(after, before)
+    if problem:
+        raise WrongAnswer(explain("average_gradients(model.parameters()) without torch.distributed", problem))
+
+
+@pytest.mark.exercise("global_masked_whiten")
+@pytest.mark.parametrize("case", range(len(WHITEN_CASES)))
+def test_global_masked_whiten_in_one_process_is_masked_whiten(impl, ref, case):
+    values, mask, shift_mean = whiten_case(case, rank=0)
+    check_call(impl, ref, "global_masked_whiten", values, mask, shift_mean)
+    part3 = importlib.import_module("solutions.part3_rlhf")
+    torch.testing.assert_close(ref.global_masked_whiten(values, mask, shift_mean), part3.masked_whiten(values, mask, shift_mean))
+
+
+# --- two processes: one torchrun job for the whole module ------------------------------------------------
+
+class TwoRanks:
+    """What each implementation returned on each rank (loaded from the job's files)."""
+
+    def __init__(self, out: Path, log: str) -> None:
+        self.ranks = [torch.load(out / f"rank{r}.pt", weights_only=False) if (out / f"rank{r}.pt").exists() else {}
+                      for r in range(RANKS)]
+        self.log = log
+
+    def get(self, choice: str, exercise: str, case: int) -> list:
+        outputs = []
+        for rank, results in enumerate(self.ranks):
+            entry = results.get((choice, exercise, case))
+            if entry is None:
+                raise RuntimeError(f"{choice}.{exercise} did not finish on rank {rank} (a collective called on one "
+                                   f"rank only waits forever); the job's log ends with:\n{self.log[-2000:]}")
+            if entry[0] == "error":
+                if entry[1] == "NotImplementedError":
+                    return ["not started"]
+                raise RuntimeError(f"{exercise} raised {entry[1]} on rank {rank}:\n{entry[2][-2000:]}")
+            outputs.append(entry[1])
+        return outputs
+
+
+@pytest.fixture(scope="module")
+def two_ranks(request, tmp_path_factory) -> TwoRanks:
+    choices = ["solutions", *(v.choice for ex in POINTS for v in _variants(ex))]
+    if request.config.workbook_impl == "exercises":
+        choices.append("exercises")  # last: if it hangs, everything before it is saved
+    out = tmp_path_factory.mktemp("part6")
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    try:
+        proc = torchrun(["-m", "workbook.distributed_check", "exercises", str(out), *choices], RANKS, timeout=100,
+                        env=env, cwd=str(ROOT))
+        log = proc.stdout + proc.stderr
+    except Exception as error:  # noqa: BLE001 — a timeout: report what was saved
+        log = f"the two-process job did not finish: {error}"
+    return TwoRanks(out, log)
+
+
+def _variants(exercise: str) -> list:
+    """Known mistakes and correct alternatives of one exercise."""
+    return [v for registry in variants.registries().values() for v in registry.for_exercise(PART, exercise)]
+
+
+def _choice(fn, exercise: str) -> str:
+    """Which implementation ``fn`` is, as the ``--impl`` value the job ran it under."""
+    if fn is getattr(importlib.import_module(f"solutions.{PART}"), exercise):
+        return "solutions"
+    for v in _variants(exercise):
+        if fn is v.impl:
+            return v.choice
+    return "exercises"
+
+
+def _runner(two_ranks: TwoRanks, exercise: str, case: int, local_call):
+    def run(fn):
+        got = two_ranks.get(_choice(fn, exercise), exercise, case)
+        if got == ["not started"]:
+            local_call(fn)  # a stub raises NotImplementedError here, from your file
+            raise RuntimeError(f"{exercise} raised NotImplementedError in the two-process job")
+        return got
+    return run
+
+
+@pytest.mark.exercise("average_gradients")
+@pytest.mark.parametrize("case", [0, 1], ids=["mlp", "conv"])
+def test_average_gradients_on_two_ranks(impl, ref, two_ranks, case):
+    """Each rank ends with the mean of both ranks' gradients (parameters without a gradient stay None)."""
+    run = _runner(two_ranks, "average_gradients", case, lambda fn: fn([]))
+    check_exercise(impl, ref, "average_gradients", run,
+                   call=f"average_gradients(model.parameters()) on {RANKS} ranks after loss.backward() (case {case}); "
+                        "output: [each rank's .grad of each parameter]")
+
+
+@pytest.mark.exercise("global_masked_whiten")
+@pytest.mark.parametrize("case", range(len(WHITEN_CASES)))
+def test_global_masked_whiten_on_two_ranks(impl, ref, two_ranks, case):
+    shift_mean, *shapes = WHITEN_CASES[case]
+    run = _runner(two_ranks, "global_masked_whiten", case, lambda fn: fn(torch.ones(2), torch.ones(2)))
+    check_exercise(impl, ref, "global_masked_whiten", run,
+                   call=f"global_masked_whiten(values, mask, shift_mean={shift_mean}) on {RANKS} ranks with values of "
+                        f"shapes {shapes} and unequal mask counts; output: [each rank's result]")
+
+
+# --- the oracles themselves (not graded): the reference agrees with DDP and with one process --------------
+
+def test_reference_average_gradients_equals_ddp(two_ranks):
+    for case in (0, 1):
+        ours, ddp = two_ranks.get("solutions", "average_gradients", case), two_ranks.get("ddp", "average_gradients", case)
+        assert compare(ours, ddp, rtol=1e-6, atol=1e-7) is None, compare(ours, ddp, rtol=1e-6, atol=1e-7)
+        # ...and that is the mean of the two ranks' own gradients.
+        local = []
+        for rank in range(RANKS):
+            net, x = gradient_case(case, rank)
+            gradient_loss(net, x).backward()
+            local.append([p.grad for p in net.parameters()])
+        for r in range(RANKS):
+            for got, *per_rank in zip(ours[r], *local):
+                if got is None:
+                    assert all(g is None for g in per_rank)
+                else:
+                    torch.testing.assert_close(got, sum(per_rank) / RANKS)
+
+
+@pytest.mark.parametrize("case", range(len(WHITEN_CASES)))
+def test_reference_global_whiten_equals_one_process_on_the_union(two_ranks, case):
+    from solutions.part3_rlhf import masked_whiten
+
+    outs = two_ranks.get("solutions", "global_masked_whiten", case)
+    inputs = [whiten_case(case, r) for r in range(RANKS)]
+    values = torch.cat([v.flatten() for v, _, _ in inputs])
+    mask = torch.cat([m.flatten() for _, m, _ in inputs])
+    expected = masked_whiten(values, mask, inputs[0][2])
+    torch.testing.assert_close(torch.cat([o.flatten() for o in outs]), expected)

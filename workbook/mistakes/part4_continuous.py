@@ -1,0 +1,334 @@
+"""Known-wrong versions of the Part 4 exercises (see workbook/mistakes/__init__.py)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Independent, Normal
+
+from solutions.part1_ppo_core import calc_clipped_surrogate_objective, calc_entropy_bonus, calc_value_function_loss
+from solutions.part2_cartpole import layer_init
+from solutions.part4_continuous import ContinuousAgent as _ReferenceAgent
+from solutions.part4_continuous import GaussianActor as _ReferenceActor
+from solutions.part4_continuous import ObservationNormalizer as _ReferenceNormalizer
+from solutions.part4_continuous import RewardScaler as _ReferenceScaler
+from solutions.part4_continuous import RunningMeanStd as _ReferenceRMS
+from solutions.part4_continuous import clip_action as _reference_clip
+from workbook.mistakes import mistake
+
+part4 = partial(mistake, "part4_continuous")
+
+
+# --- GaussianActor ---------------------------------------------------------------------------
+
+class _ConfigurableActor(_ReferenceActor):
+    """The reference actor with switches, one per mistake below."""
+
+    head_gain, activation = 0.01, nn.Tanh
+    scale_is_variance = per_dimension = False
+
+    def __init__(self, num_obs, action_dim, hidden_size=64, init_log_std=0.0):
+        nn.Module.__init__(self)
+        self.mean = nn.Sequential(layer_init(nn.Linear(num_obs, hidden_size)), self.activation(),
+                                  layer_init(nn.Linear(hidden_size, hidden_size)), self.activation(),
+                                  layer_init(nn.Linear(hidden_size, action_dim), std=self.head_gain))
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+
+    def dist(self, obs):
+        mean = self.mean(obs)
+        scale = (2 * self.log_std if self.scale_is_variance else self.log_std).exp().expand_as(mean)
+        return Normal(mean, scale) if self.per_dimension else Independent(Normal(mean, scale), 1)
+
+
+@part4("GaussianActor", "variance_as_scale", "Normal was given the variance σ² where the standard deviation σ belongs")
+class ActorVarianceAsScale(_ConfigurableActor):
+    scale_is_variance = True
+
+
+@part4("GaussianActor", "log_prob_not_summed",
+       "a bare Normal was returned, so log_prob and entropy are per action dimension (wrap it in Independent(…, 1))")
+class ActorNotIndependent(_ConfigurableActor):
+    per_dimension = True
+
+
+@part4("GaussianActor", "head_gain_sqrt2", "the mean's head was initialised with gain √2 instead of 0.01")
+class ActorHeadGainSqrt2(_ConfigurableActor):
+    head_gain = np.sqrt(2)
+
+
+@part4("GaussianActor", "relu_instead_of_tanh", "ReLU was used where Tanh belongs")
+class ActorRelu(_ConfigurableActor):
+    activation = nn.ReLU
+
+
+@part4("GaussianActor", "state_dependent_log_std",
+       "log σ was computed by the network from the observation instead of being one learned parameter")
+class ActorStateDependentStd(nn.Module):
+    def __init__(self, num_obs, action_dim, hidden_size=64, init_log_std=0.0):
+        super().__init__()
+        self.action_dim, self.init_log_std = action_dim, init_log_std
+        self.net = nn.Sequential(layer_init(nn.Linear(num_obs, hidden_size)), nn.Tanh(),
+                                 layer_init(nn.Linear(hidden_size, hidden_size)), nn.Tanh(),
+                                 layer_init(nn.Linear(hidden_size, 2 * action_dim), std=0.01))
+
+    def forward(self, obs):
+        return self.net(obs)[..., : self.action_dim]
+
+    def dist(self, obs):
+        out = self.net(obs)
+        mean, log_std = out[..., : self.action_dim], out[..., self.action_dim:] + self.init_log_std
+        return Independent(Normal(mean, log_std.exp()), 1)
+
+
+# --- clip_action -------------------------------------------------------------------------------
+
+@part4("clip_action", "clipped_in_place",
+       "the sampled tensor was clipped in place, so the memory stores the clipped action too")
+def clip_in_place(actions, low, high):
+    return actions.clamp_(torch.as_tensor(low), torch.as_tensor(high)).numpy()
+
+
+@part4("clip_action", "squashed_with_tanh", "the action was squashed with tanh into [low, high] instead of clipped")
+def clip_tanh(actions, low, high):
+    return low + (np.tanh(actions.numpy()) + 1) / 2 * (high - low)
+
+
+@part4("clip_action", "first_bound_for_every_dimension",
+       "the first dimension's bounds (low[0], high[0]) were used for every dimension")
+def clip_first_bound(actions, low, high):
+    return np.clip(actions.numpy(), low[0], high[0])
+
+
+@part4("clip_action", "clipped_to_unit_range", "the actions were clipped to [−1, 1] instead of the env's bounds")
+def clip_unit(actions, low, high):
+    return _reference_clip(actions, -np.ones_like(low), np.ones_like(high))
+
+
+# --- RunningMeanStd -----------------------------------------------------------------------------
+
+class _ConfigurableRMS(_ReferenceRMS):
+    unbiased = no_cross_term = equal_weights = count_replaced = False
+
+    def update(self, batch):
+        batch = batch.double()
+        batch_mean, batch_var, n_b = batch.mean(0), batch.var(0, unbiased=self.unbiased), batch.shape[0]
+        delta, total = batch_mean - self.mean, self.count + n_b
+        m2 = self.var * self.count + batch_var * n_b
+        if not self.no_cross_term:
+            m2 = m2 + delta.pow(2) * self.count * n_b / total
+        self.mean = (self.mean + batch_mean) / 2 if self.equal_weights else self.mean + delta * n_b / total
+        self.var = m2 / total
+        self.count = n_b if self.count_replaced else total
+
+
+@part4("RunningMeanStd", "unbiased_batch_variance",
+       "the batch variance was the unbiased one (divide by n − 1: NaN for a batch of one) instead of the population one")
+class RMSUnbiased(_ConfigurableRMS):
+    unbiased = True
+
+
+@part4("RunningMeanStd", "missing_cross_term", "the δ² · n_a · n_b / n term of the parallel update was left out")
+class RMSNoCrossTerm(_ConfigurableRMS):
+    no_cross_term = True
+
+
+@part4("RunningMeanStd", "average_of_means",
+       "the new mean was the plain average of the old mean and the batch mean (weight them by their counts)")
+class RMSEqualWeights(_ConfigurableRMS):
+    equal_weights = True
+
+
+@part4("RunningMeanStd", "count_not_accumulated", "the count was set to the batch size instead of adding it up")
+class RMSCountReplaced(_ConfigurableRMS):
+    count_replaced = True
+
+
+# --- ObservationNormalizer ------------------------------------------------------------------------
+
+class _ConfigurableNormalizer(_ReferenceNormalizer):
+    ignore_update_flag = by_variance = no_clip = clip_raw = False
+
+    def __call__(self, obs, update=True):
+        if update or self.ignore_update_flag:
+            self.rms.update(obs)
+        x = obs.double().clamp(-self.clip, self.clip) if self.clip_raw else obs.double()
+        scale = self.rms.var + self.epsilon if self.by_variance else torch.sqrt(self.rms.var + self.epsilon)
+        out = (x - self.rms.mean) / scale
+        return (out if self.no_clip or self.clip_raw else out.clamp(-self.clip, self.clip)).to(obs.dtype)
+
+
+@part4("ObservationNormalizer", "updates_when_frozen",
+       "the statistics were updated even with update=False (they must stay frozen at evaluation)")
+class NormalizerIgnoresFlag(_ConfigurableNormalizer):
+    ignore_update_flag = True
+
+
+@part4("ObservationNormalizer", "divides_by_variance", "the observations were divided by the variance, not the std")
+class NormalizerByVariance(_ConfigurableNormalizer):
+    by_variance = True
+
+
+@part4("ObservationNormalizer", "no_observation_clipping", "the normalised observations were not clipped to ±clip")
+class NormalizerNoClip(_ConfigurableNormalizer):
+    no_clip = True
+
+
+@part4("ObservationNormalizer", "clipped_before_normalising",
+       "the raw observations were clipped to ±clip before normalising, instead of the normalised ones")
+class NormalizerClipsRaw(_ConfigurableNormalizer):
+    clip_raw = True
+
+
+# --- RewardScaler ------------------------------------------------------------------------------
+
+class _ConfigurableScaler(_ReferenceScaler):
+    stats_of_rewards = never_reset = subtract_mean = no_clip = False
+
+    def __call__(self, rewards, reset_step):
+        r = rewards.double()
+        kept = ~reset_step
+        self.returns = self.gamma * self.returns + r if self.never_reset else torch.where(
+            reset_step, 0.0, self.gamma * self.returns + r)
+        if kept.any():
+            self.return_rms.update(r[kept] if self.stats_of_rewards else self.returns[kept])
+        centred = r - self.return_rms.mean if self.subtract_mean else r
+        scaled = centred / torch.sqrt(self.return_rms.var + self.epsilon)
+        return (scaled if self.no_clip else scaled.clamp(-self.clip, self.clip)).float()
+
+
+@part4("RewardScaler", "std_of_rewards",
+       "the rewards were divided by the running std of the rewards instead of the discounted return")
+class ScalerStdOfRewards(_ConfigurableScaler):
+    stats_of_rewards = True
+
+
+@part4("RewardScaler", "return_not_reset", "the discounted return was not reset to 0 where an episode ended")
+class ScalerNeverResets(_ConfigurableScaler):
+    never_reset = True
+
+
+@part4("RewardScaler", "mean_subtracted",
+       "the return's running mean was subtracted from the rewards (only divide: a shift changes the task)")
+class ScalerSubtractsMean(_ConfigurableScaler):
+    subtract_mean = True
+
+
+@part4("RewardScaler", "no_reward_clipping", "the scaled rewards were not clipped to ±clip")
+class ScalerNoClip(_ConfigurableScaler):
+    no_clip = True
+
+
+# --- ContinuousAgent.play_step -----------------------------------------------------------------
+
+class _ConfigurableAgent(_ReferenceAgent):
+    """The reference play_step with switches, one per mistake below."""
+
+    store_clipped = logprob_of_clipped = send_unclipped = mean_action = freeze_normaliser = False
+    bootstrap_before_scaling = scaler_gets_new_flags = False
+
+    def play_step(self):
+        obs, dones = self.next_obs, self.next_done
+        with torch.inference_mode():
+            dist = self.actor.dist(obs)
+            actions = dist.mean if self.mean_action else dist.sample()
+            clipped = torch.as_tensor(_reference_clip(actions, self.action_low, self.action_high))
+            logprobs = dist.log_prob(clipped if self.logprob_of_clipped else actions)
+            values = self.critic(obs).squeeze(-1)
+        sent = actions.numpy() if self.send_unclipped else clipped.numpy()
+        next_obs, rewards, terminated, truncated, infos = self.envs.step(sent)
+        next_obs = self.obs_normalizer(torch.as_tensor(next_obs, dtype=torch.float32),
+                                       update=not self.freeze_normaliser)
+        rewards = torch.as_tensor(rewards, dtype=torch.float32)
+        terminated = torch.as_tensor(terminated, dtype=torch.bool)
+        truncated = torch.as_tensor(truncated, dtype=torch.bool)
+        cut_short = truncated & ~terminated
+        with torch.inference_mode():
+            bootstrap = torch.where(cut_short, self.gamma * self.critic(next_obs).squeeze(-1), 0.0)
+        flags = terminated | truncated if self.scaler_gets_new_flags else dones
+        if self.bootstrap_before_scaling:
+            rewards = self.reward_scaler(rewards + bootstrap, flags)
+        else:
+            rewards = self.reward_scaler(rewards, flags) + bootstrap
+        stored = clipped if (self.store_clipped or self.logprob_of_clipped) else actions
+        self.memory.add(obs, stored, logprobs, values, rewards, dones)
+        self.next_obs, self.next_done = next_obs, terminated | truncated
+        self.step += self.envs.num_envs
+        return infos
+
+
+@part4("ContinuousAgent", "stores_clipped_actions",
+       "the clipped action was stored in the memory, with the log-prob of the unclipped sample")
+class AgentStoresClipped(_ConfigurableAgent):
+    store_clipped = True
+
+
+@part4("ContinuousAgent", "logprob_of_clipped_action",
+       "the clipped action was stored and scored (its log-prob is not that of anything the policy sampled)")
+class AgentScoresClipped(_ConfigurableAgent):
+    logprob_of_clipped = True
+
+
+@part4("ContinuousAgent", "sends_unclipped_actions", "the unclipped sample was sent to the environment")
+class AgentSendsUnclipped(_ConfigurableAgent):
+    send_unclipped = True
+
+
+@part4("ContinuousAgent", "mean_actions", "the rollout acted with the mean action instead of sampling the policy")
+class AgentMeanActions(_ConfigurableAgent):
+    mean_action = True
+
+
+@part4("ContinuousAgent", "normaliser_frozen_in_rollout",
+       "the rollout normalised with update=False, so the observation statistics never learn")
+class AgentFrozenNormaliser(_ConfigurableAgent):
+    freeze_normaliser = True
+
+
+@part4("ContinuousAgent", "bootstrap_before_scaling",
+       "γ·V(final observation) was added before the reward scaler, which then scales and clips the critic's value")
+class AgentBootstrapsBeforeScaling(_ConfigurableAgent):
+    bootstrap_before_scaling = True
+
+
+@part4("ContinuousAgent", "scaler_given_new_done_flags",
+       "the reward scaler got the new done flags (terminated | truncated) instead of the acted-on observation's")
+class AgentScalerNewFlags(_ConfigurableAgent):
+    scaler_gets_new_flags = True
+
+
+# --- compute_continuous_objective -----------------------------------------------------------------
+
+def _objective(actor, critic, minibatch, args, *, value_sign=-1.0, entropy_sign=1.0, old_values=False,
+               bare_normal=False):
+    dist = Normal(actor(minibatch.obs), actor.log_std.exp()) if bare_normal else actor.dist(minibatch.obs)
+    values = minibatch.values if old_values else critic(minibatch.obs).squeeze(-1)
+    return (calc_clipped_surrogate_objective(dist, minibatch.actions, minibatch.advantages, minibatch.logprobs,
+                                             args.clip_coef)
+            + value_sign * calc_value_function_loss(values, minibatch.returns, args.vf_coef)
+            + entropy_sign * calc_entropy_bonus(dist, args.ent_coef))
+
+
+@part4("compute_continuous_objective", "value_loss_added", "the value loss was added (it must be subtracted)")
+def objective_value_loss_added(actor, critic, minibatch, args):
+    return _objective(actor, critic, minibatch, args, value_sign=1.0)
+
+
+@part4("compute_continuous_objective", "entropy_subtracted", "the entropy bonus was subtracted instead of added")
+def objective_entropy_subtracted(actor, critic, minibatch, args):
+    return _objective(actor, critic, minibatch, args, entropy_sign=-1.0)
+
+
+@part4("compute_continuous_objective", "old_values_in_value_loss",
+       "the value loss used the rollout's values (minibatch.values) instead of the critic's fresh output")
+def objective_old_values(actor, critic, minibatch, args):
+    return _objective(actor, critic, minibatch, args, old_values=True)
+
+
+@part4("compute_continuous_objective", "bare_normal_per_dimension",
+       "a bare Normal(actor(obs), σ) was built instead of actor.dist(obs): per-dimension log-probs, which with one "
+       "action dimension broadcast against the advantages into a square matrix")
+def objective_bare_normal(actor, critic, minibatch, args):
+    return _objective(actor, critic, minibatch, args, bare_normal=True)
