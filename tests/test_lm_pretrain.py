@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+import time
 
 import pytest
 import torch
@@ -15,7 +16,9 @@ from workbook.lm import TINY_ARGS, PretrainArgs, checkpoint_path, load_or_pretra
 
 @pytest.fixture(scope="module")
 def tiny_run():
-    return pretrain(TINY_ARGS, progress=False)
+    start = time.process_time()
+    model, tok, stats = pretrain(TINY_ARGS, progress=False)
+    return model, tok, stats | {"cpu_s": time.process_time() - start}
 
 
 def test_tiny_pretraining_reduces_the_loss(tiny_run):
@@ -25,7 +28,7 @@ def test_tiny_pretraining_reduces_the_loss(tiny_run):
     assert first == pytest.approx(math.log(tok.vocab_size), abs=0.3)  # starts near uniform
     assert stats["final_loss"] < first - 0.8
     assert stats["heldout_loss"] < first - 0.8
-    assert stats["wall_s"] < 10
+    assert stats["cpu_s"] < 10  # CPU time: a guard a busy machine cannot trip (benchmarks/pretrain.py times it)
     assert not model.training
     (text,) = sample_texts(model, tok, ["the movie"], max_new_tokens=20, seed=0)
     assert text.startswith("the movie")
