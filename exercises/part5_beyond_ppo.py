@@ -41,11 +41,11 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float, Int, Shaped
+from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from workbook.lm.model import GPT
-from workbook.typecheck import typechecked
+from workbook.typecheck import Mask, typechecked
 
 from .part3_rlhf import batched_forward_pass, entropy_from_logits, kl_penalty, masked_mean, preference_loss
 
@@ -124,7 +124,7 @@ def grpo_loss(
     old_logprobs: Float[Tensor, "batch resp"],
     ref_logprobs: Float[Tensor, "batch resp"],
     advantages: Float[Tensor, "batch"],
-    mask: Shaped[Tensor, "batch resp"],
+    mask: Mask[Tensor, "batch resp"],
     cliprange: float = 0.2,
     beta: float = 0.04,
     normalisation: str = "sequence",
@@ -184,7 +184,7 @@ def rloo_advantages(
     scores: Float[Tensor, "batch"],
     logprobs: Float[Tensor, "batch resp"],
     ref_logprobs: Float[Tensor, "batch resp"],
-    mask: Shaped[Tensor, "batch resp"],
+    mask: Mask[Tensor, "batch resp"],
     group_size: int,
     kl_coef: float,
 ) -> tuple[Float[Tensor, "batch"], Float[Tensor, "batch"]]:
@@ -227,8 +227,8 @@ def dpo_loss(
     rejected_logprobs: Float[Tensor, "batch resp_r"],
     ref_chosen_logprobs: Float[Tensor, "batch resp_c"],
     ref_rejected_logprobs: Float[Tensor, "batch resp_r"],
-    chosen_mask: Shaped[Tensor, "batch resp_c"],
-    rejected_mask: Shaped[Tensor, "batch resp_r"],
+    chosen_mask: Mask[Tensor, "batch resp_c"],
+    rejected_mask: Mask[Tensor, "batch resp_r"],
     beta: float = 0.1,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
     """DPO's loss on preference pairs, from per-token log-probs of both responses.

@@ -28,7 +28,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from workbook.distributed import world
-from workbook.typecheck import typechecked
+from workbook.typecheck import Mask, typechecked
 
 from .part3_rlhf import masked_whiten
 
@@ -101,7 +101,7 @@ def average_gradients(parameters: Iterable[nn.Parameter]) -> None:
 # --- 3. statistics over the global batch ---------------------------------------------------------
 
 @typechecked
-def global_masked_whiten(values: Float[Tensor, "*shape"], mask: Float[Tensor, "*shape"], shift_mean: bool = True
+def global_masked_whiten(values: Float[Tensor, "*shape"], mask: Mask[Tensor, "*shape"], shift_mean: bool = True
                          ) -> Float[Tensor, "*shape"]:
     """Part 3's ``masked_whiten``, with the mean and variance of the masked-in elements of
     *all ranks together*.

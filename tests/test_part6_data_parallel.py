@@ -86,9 +86,11 @@ def test_average_gradients_in_one_process_changes_nothing(impl):
 
 
 @pytest.mark.exercise("global_masked_whiten")
+@pytest.mark.parametrize("mask_dtype", [torch.float32, torch.int64, torch.bool], ids=str)
 @pytest.mark.parametrize("case", range(len(WHITEN_CASES)))
-def test_global_masked_whiten_in_one_process_is_masked_whiten(impl, ref, case):
+def test_global_masked_whiten_in_one_process_is_masked_whiten(impl, ref, case, mask_dtype):
     values, mask, shift_mean = whiten_case(case, rank=0)
+    mask = mask.to(mask_dtype)  # float, int64 (a tokenizer's) and bool masks give the same answer
     check_call(impl, ref, "global_masked_whiten", values, mask, shift_mean)
     part3 = importlib.import_module("solutions.part3_rlhf")
     torch.testing.assert_close(ref.global_masked_whiten(values, mask, shift_mean), part3.masked_whiten(values, mask, shift_mean))
