@@ -103,3 +103,13 @@ def test_command_line_entry_point(tmp_path, capsys):
 def test_block_size_must_hold_a_review():
     with pytest.raises(ValueError, match="block_size"):
         pretrain(dataclasses.replace(TINY_ARGS, block_size=64), progress=False)
+
+
+def test_encode_reviews_is_right_padded_bos_text_eos():
+    from workbook.lm.pretrain import encode_reviews
+    from workbook.lm.tokenizer import CharTokenizer, pad_batch
+
+    tok = CharTokenizer()
+    texts = ["a fine film.", "i loved it!", "x", "the plot was thin, the cast was not."]
+    expected, _ = pad_batch([tok.encode(t, add_bos=True, add_eos=True) for t in texts], side="right", pad_id=tok.pad_id)
+    assert torch.equal(encode_reviews(texts, tok), expected)

@@ -39,7 +39,7 @@ class StrictParser(argparse.ArgumentParser):
             raise ConfigError(field, what)
         found = re.match(r"unrecognized arguments: (\S+)", message)
         if found:
-            raise ConfigError(found.group(1), f"unknown option ({self.prog} --help lists the options)")
+            raise ConfigError(found.group(1).split("=")[0], f"unknown option ({self.prog} --help lists the options)")
         found = re.match(r"the following arguments are required: (.*)", message)
         if found:
             raise ConfigError(found.group(1), "required")
