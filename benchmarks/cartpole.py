@@ -26,6 +26,7 @@ depends on how busy the machine is: compare figures taken on the same machine, q
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -210,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
 
     module = importlib.import_module(f"{args.impl}.part2_cartpole")
     overrides = CONFIGS[args.config] | parse_overrides(args.set, module.PPOArgs)
-    print(f"config {args.config}: {module.PPOArgs(**overrides)}", flush=True)
+    shown = module.PPOArgs(**overrides)
+    print(f"config {args.config}, seeds 1-{args.seeds}: " + ", ".join(
+        f"{f.name}={getattr(shown, f.name)!r}" for f in dataclasses.fields(shown) if f.name != "seed"), flush=True)
     if args.vs_cleanrl:
         summary = vs_cleanrl(module, overrides, args.seeds, args.eval_when_return)
         print(json.dumps(summary))

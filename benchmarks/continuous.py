@@ -22,6 +22,7 @@ on the same machine.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -111,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     base = PRESETS[args.env] if args.config == "preset" else CLEANRL
     overrides = base | parse_overrides(args.set, module.ContinuousPPOArgs)
     config = module.ContinuousPPOArgs(**(overrides | {"env_id": args.env}))
-    print(f"{args.env}, config {args.config}: {config}", flush=True)
+    shown = ", ".join(f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config) if f.name != "seed")
+    print(f"{args.env}, config {args.config}, seeds {args.seeds}: {shown}", flush=True)
     if args.eval_gap is None:
         args.eval_gap = config.total_timesteps // 100
     results = []
