@@ -1,13 +1,15 @@
-"""CartPole environment steps per second with 1 and 2 processes. (A benchmark, not a test.)
+"""Environment steps per second with 1 and 2 processes. (A benchmark, not a test.)
 
-    python benchmarks/data_parallel.py                        # 3 repeats of each configuration
+    python benchmarks/data_parallel.py                        # CartPole, 3 repeats of each configuration
     python benchmarks/data_parallel.py --repeats 5 --total-timesteps 131072 --nproc 1 2 4
+    python benchmarks/data_parallel.py --set num_envs=128     # a bigger batch per rank
+    python benchmarks/data_parallel.py --env Hopper-v5 --total-timesteps 32768   # Part 4's command
 
-Runs the reference CartPole trainer (``--impl solutions``, default PPOArgs: 8 environments ×
-128 steps per rank) as ``python -m workbook cartpole`` and as ``torchrun --standalone
---nproc_per_node=N -m workbook cartpole``. ``--total-timesteps`` counts the steps of all ranks,
-so every configuration does the same amount of environment work; with N ranks each phase's
-global batch is N × 1024 steps (half as many learning phases with 2 ranks). SPS is the
+Runs the reference trainer (``--impl solutions``; CartPole's default PPOArgs: 32 environments ×
+32 steps per rank) as ``python -m workbook cartpole`` (or ``continuous --env ENV``) and as
+``torchrun --standalone --nproc_per_node=N -m workbook …``. ``--total-timesteps`` counts the
+steps of all ranks, so every configuration does the same amount of environment work; with N
+ranks each phase's global batch is N× bigger (half as many learning phases with 2 ranks). SPS is the
 command's own figure — global steps over training wall time, from its ``metrics.jsonl`` (imports,
 process start and the final evaluation excluded) — and the median over repeats is reported,
 with the whole command's wall time and the load average around the runs (the machine may be
@@ -27,14 +29,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CONTINUOUS_ENVS = ["InvertedPendulum-v5", "Hopper-v5", "HalfCheetah-v5"]
 
 
-def run_once(nproc: int | None, total_timesteps: int, out: Path, name: str) -> dict:
+def run_once(nproc: int | None, total_timesteps: int, out: Path, name: str, env_id: str = "CartPole-v1",
+             overrides: list[str] = ()) -> dict:
     """One training run; ``nproc=None`` is the plain single-process command."""
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
                 if nproc else [sys.executable])
-    cmd = [*launcher, "-m", "workbook", "cartpole", "--impl", "solutions", "--total-timesteps", str(total_timesteps),
-           "--wandb", "disabled", "--no-progress", "--eval-episodes", "1", "--runs-dir", str(out), "--run-name", name]
+    command = ["cartpole"] if env_id == "CartPole-v1" else ["continuous", "--env", env_id]
+    sets = [arg for field in overrides for arg in ("--set", field)]
+    cmd = [*launcher, "-m", "workbook", *command, "--impl", "solutions", "--total-timesteps", str(total_timesteps),
+           *sets, "--wandb", "disabled", "--no-progress", "--eval-episodes", "1", "--runs-dir", str(out), "--run-name", name]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -50,16 +56,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--total-timesteps", type=int, default=65_536)
     parser.add_argument("--nproc", type=int, nargs="+", default=[1, 2], help="torchrun process counts to measure")
+    parser.add_argument("--env", default="CartPole-v1", choices=["CartPole-v1", *CONTINUOUS_ENVS],
+                        help="CartPole-v1 (python -m workbook cartpole) or a MuJoCo task (python -m workbook continuous)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="passed on to every run (per-rank settings such as num_envs)")
     options = parser.parse_args(argv)
-    configs = [("python -m workbook cartpole", None)] + [(f"torchrun --nproc_per_node={n}", n) for n in options.nproc]
+    command = "cartpole" if options.env == "CartPole-v1" else f"continuous --env {options.env}"
+    configs = [(f"python -m workbook {command.split()[0]}", None)] + [(f"torchrun --nproc_per_node={n}", n) for n in options.nproc]
     results: dict[str, list[dict]] = {label: [] for label, _ in configs}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(options.repeats):  # interleaved, so a change in load hits every configuration
             for i, (label, nproc) in enumerate(configs):
-                results[label].append(run_once(nproc, options.total_timesteps, Path(tmp), f"r{repeat}-c{i}"))
+                results[label].append(run_once(nproc, options.total_timesteps, Path(tmp), f"r{repeat}-c{i}",
+                                               options.env, options.set))
     load_after = os.getloadavg()
-    print(f"CartPole-v1, reference PPO, {options.total_timesteps} env steps over all ranks, {os.cpu_count()} CPUs, "
+    print(f"{options.env}, reference PPO{''.join(' --set ' + f for f in options.set)}, "
+          f"{options.total_timesteps} env steps over all ranks, {os.cpu_count()} CPUs, "
           f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after")
     print(f"{'configuration':<30} {'median SPS':>10} {'runs (SPS)':>26} {'command wall s':>15}")
     summary = {}
@@ -68,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         wall = statistics.median(r["command_wall_s"] for r in runs)
         summary[label] = {"median_sps": statistics.median(sps), "sps": sps, "median_command_wall_s": wall}
         print(f"{label:<30} {statistics.median(sps):>10,.0f} {' / '.join(f'{s:,.0f}' for s in sps):>26} {wall:>15.1f}")
-    print(json.dumps({"benchmark": "data_parallel_cartpole", "total_timesteps": options.total_timesteps,
+    print(json.dumps({"benchmark": "data_parallel", "env": options.env, "set": options.set,
+                      "total_timesteps": options.total_timesteps,
                       "cpus": os.cpu_count(), "loadavg_before": load_before[0], "loadavg_after": load_after[0],
                       "results": summary}))
     return 0

@@ -13,16 +13,18 @@ single-process path is the code that always ran.
 What changes with N ranks, and where:
 
 - **Seeds.** Each rank seeds its environments / prompts / sampling with
-  ``data_seed(seed, rank)`` (your Part 6); the weights start identical because
-  DistributedDataParallel broadcasts rank 0's at construction.
-- **Gradients.** We wrap the networks in ``DistributedDataParallel`` (DDP): during
-  ``backward()`` it all-reduces the gradients in buckets, overlapping the communication with
-  the rest of backward, and divides by N. Part 6's ``average_gradients`` is the same thing
-  written by hand (one flat all-reduce after backward); its tests check it against DDP. We
-  train with DDP because it is the engine people scale with; the exercise is how you learn
-  what it does. (Part 4's objective calls ``actor.dist``, which DDP cannot see, so the
-  continuous trainer all-reduces each gradient from a hook instead.) Either way the
-  all-reduce happens *before* gradient clipping and the step.
+  ``data_seed(seed, rank)`` (your Part 6); the weights start identical because rank 0's are
+  broadcast to the others before the first step.
+- **Gradients.** RLHF wraps its one model (policy with value head) in
+  ``DistributedDataParallel`` (DDP), the engine people scale with: during ``backward()`` it
+  all-reduces the gradients in buckets, overlapping the communication with the rest of
+  backward, and divides by N. CartPole and Part 4 call Part 6's ``average_gradients`` —
+  the same thing written by hand, one flat all-reduce — from a hook at the end of each
+  backward (:func:`start_equal_and_average_gradients` says why not DDP there: an actor and a
+  critic would cost two collectives per minibatch, and Part 4 calls ``actor.dist``, which
+  DDP cannot see). So ``--impl exercises`` trains with your ``average_gradients``; its tests
+  check it against DDP. Either way the all-reduce happens *before* gradient clipping and
+  the step.
 - **Batch statistics.** RLHF whitens its advantages over the global batch (Part 6's
   ``global_masked_whiten``), and the adaptive KL controller sees the global mean KL and the
   global number of samples. Logged stats are averaged over ranks. CartPole normalises
@@ -167,8 +169,8 @@ def init(impl: str = "solutions", timeout_s: float | None = None) -> Context:
     CUDA is available (``"cpu:gloo,cuda:nccl"``; each rank on GPU ``LOCAL_RANK``). The CartPole
     and RLHF commands train on the CPU, so on a GPU machine they still talk over gloo; a model
     on the GPU gets NCCL. (NCCL alone would reject CPU tensors.)
-    ``impl`` picks whose Part 6 (``exercises`` or ``solutions``) supplies the seeds and the
-    global whitening. Safe to call twice.
+    ``impl`` picks whose Part 6 (``exercises`` or ``solutions``) supplies the seeds, the
+    global whitening and (Part 4) the gradient averaging. Safe to call twice.
     """
     global _context
     if "WORLD_SIZE" not in os.environ:  # plain `python -m workbook ...`: nothing to join
@@ -189,6 +191,9 @@ def init(impl: str = "solutions", timeout_s: float | None = None) -> Context:
     try:
         ops.data_seed(1, rank)
         ops.global_masked_whiten(torch.ones(2), torch.ones(2))  # local only: no collective yet
+        probe = nn.Parameter(torch.zeros(1))
+        probe.grad = torch.ones(1)
+        ops.average_gradients([probe])  # a collective, but every rank runs init together
     except NotImplementedError as error:
         raise Unfinished(f"torchrun runs use Part 6 from {impl}/part6_data_parallel.py, which still has stubs "
                          "(pytest tests/test_part6_data_parallel.py shows which); or pass --impl solutions") from error
@@ -259,13 +264,12 @@ def cartpole_trainer(module: ModuleType, args: Any) -> Any:
         def __init__(self) -> None:
             self.ctx, self.report_class = ctx, _phase_report(module.PPOTrainer)
             super().__init__(_local_args(args, ctx))
-            # DDP broadcasts rank 0's weights now, and all-reduces gradients in backward().
-            self.ddp_actor, self.ddp_critic = ctx.wrap(self.actor), ctx.wrap(self.critic)
+            start_equal_and_average_gradients([*self.actor.parameters(), *self.critic.parameters()], ctx)
 
         def learning_phase(self) -> dict[str, float]:
             minibatches = self.equal_minibatch_count(
                 self.memory.get_minibatches(self.agent.next_value(), self.agent.next_done, self.args, self.rng))
-            module.learning_phase(self.ddp_actor, self.ddp_critic, minibatches, self.optimizer, self.scheduler, self.args)
+            module.learning_phase(self.actor, self.critic, minibatches, self.optimizer, self.scheduler, self.args)
             stats = module.learning_stats(self.actor, self.critic, minibatches, self.args,
                                           self.optimizer.param_groups[0]["lr"])
             return ctx.mean(stats)
@@ -305,32 +309,52 @@ def merge_running_stats(rms: Any, before: tuple[Tensor, Tensor, float], ctx: Con
     rms.mean, rms.var, rms.count = total_mean, total_m2 / total_n, total_n
 
 
+def start_equal_and_average_gradients(params: list[nn.Parameter], ctx: Context) -> None:
+    """Give every rank rank 0's weights, then average the gradients over the ranks after every backward.
+
+    Each parameter gets a hook that runs when backward has accumulated its gradient; the hook
+    of the last one to finish calls Part 6's ``average_gradients`` on all of them: one flat
+    all-reduce per backward, before the caller clips and steps. Why not DDP: it needs the
+    forward calls to go through its wrapper (Part 4's objective calls ``actor.dist(obs)``),
+    and it all-reduces each wrapped network separately — two collectives per minibatch for
+    an actor and a critic where one will do. Each collective has a fixed latency (~1.5 ms over
+    gloo on a 2-core machine, against a few ms of compute per CartPole minibatch); one
+    all-reduce per parameter, our first version, made two ranks half as fast as one.
+    Every parameter must take part in every backward, as all of Parts 2 and 4's do; a rank
+    whose count never completed would skip the average, and the test of bit-identical weights
+    across ranks would see it.
+    """
+    with torch.no_grad():
+        for p in params:
+            dist.broadcast(p, src=0)
+    done = [0]
+
+    def on_grad(_: Tensor) -> None:
+        done[0] += 1
+        if done[0] == len(params):
+            done[0] = 0
+            ctx.ops.average_gradients(params)
+
+    for p in params:
+        p.register_post_accumulate_grad_hook(on_grad)
+
+
 def continuous_trainer(module: ModuleType, args: Any) -> Any:
     """Part 4's ``ContinuousPPOTrainer(args)``, data-parallel when there are several ranks.
 
-    As :func:`cartpole_trainer`, with two differences. The gradients are averaged by a hook on
-    each parameter, right after backward accumulates its gradient (and before clipping): Part
-    4's objective calls ``actor.dist(obs)``, not ``actor(obs)``, and DDP only sees calls of
-    ``forward``. And the running statistics of the observation normaliser and the reward
-    scaler are merged over the ranks after every rollout, so every rank normalises the same
-    way and the checkpoint holds statistics of all the data.
+    As :func:`cartpole_trainer`, with one addition: the running statistics of the observation
+    normaliser and the reward scaler are merged over the ranks after every rollout, so every
+    rank normalises the same way and the checkpoint holds statistics of all the data.
     """
     ctx = _context
     if not ctx.enabled:
         return module.ContinuousPPOTrainer(args)
 
-    def average(p: Tensor) -> None:
-        dist.all_reduce(p.grad)
-        p.grad.div_(ctx.world_size)
-
     class DataParallelContinuousTrainer(_DataParallelLoop, module.ContinuousPPOTrainer):
         def __init__(self) -> None:
             self.ctx, self.report_class = ctx, _phase_report(module.ContinuousPPOTrainer)
             super().__init__(_local_args(args, ctx))
-            with torch.no_grad():  # the same initial weights everywhere: rank 0's
-                for p in [*self.actor.parameters(), *self.critic.parameters()]:
-                    dist.broadcast(p, src=0)
-                    p.register_post_accumulate_grad_hook(average)
+            start_equal_and_average_gradients([*self.actor.parameters(), *self.critic.parameters()], ctx)
 
         def running_stats(self) -> list[Any]:
             return [self.obs_normalizer.rms, self.reward_scaler.return_rms]
