@@ -6,14 +6,43 @@ import pytest
 
 from workbook import variants
 
+META_FIXTURE = "variant_results"
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """Start the meta-run in the background as soon as we know it is wanted, and grade it last.
+
+    The meta-run (the suite on every known mistake and correct alternative) is the longest
+    job of the suite, and it runs in subprocesses. Started here, it shares the CPUs with
+    every other test — most of which are one process waiting on one core — instead of
+    running alone while the rest waits; the meta-tests, moved to the end, then find it done
+    or nearly so.
+    """
+    meta = [item for item in items if META_FIXTURE in getattr(item, "fixturenames", ())]
+    if not meta or config.workbook_impl != "solutions":
+        return
+    items[:] = [item for item in items if META_FIXTURE not in getattr(item, "fixturenames", ())] + meta
+    config._workbook_variant_run = variants.start_suite_on_variants("variants")
+
+
+def pytest_unconfigure(config) -> None:
+    run = getattr(config, "_workbook_variant_run", None)
+    if run is not None:  # started but never waited for (e.g. the session was interrupted)
+        run.cancel()
+
 
 @pytest.fixture(scope="session")
 def variant_results(request) -> dict[str, list[dict]]:
     """Results of the whole suite on every known mistake and every correct alternative.
 
     One run for both meta-tests (tests/test_mistakes_are_caught.py, tests/test_alternatives_pass.py),
-    sharded over the CPUs; keyed by the variant's --impl value, e.g. 'mistake:PART:EXERCISE:NAME'.
+    sharded over the CPUs and started at collection (above); keyed by the variant's --impl
+    value, e.g. 'mistake:PART:EXERCISE:NAME'.
     """
     if request.config.workbook_impl != "solutions":
         pytest.skip("meta-test of the test suite: run with --impl=solutions")
-    return variants.run_suite_on_variants("variants")
+    run = getattr(request.config, "_workbook_variant_run", None)
+    if run is None:
+        return variants.run_suite_on_variants("variants")
+    request.config._workbook_variant_run = None
+    return run.results()

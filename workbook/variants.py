@@ -115,11 +115,12 @@ def from_choice(choice: str) -> Variant:
 
 # --- the meta-run: the suite on every variant, sharded over processes --------------------------
 
-def run_suite_on_variants(kinds: str = "variants", jobs: int | None = None, timeout: float = 1500) -> dict[str, list[dict]]:
-    """Run ``pytest --impl=<kinds>`` in ``jobs`` parallel shards; results by variant choice string.
+def start_suite_on_variants(kinds: str = "variants", jobs: int | None = None) -> "VariantRun":
+    """Start ``pytest --impl=<kinds>`` in ``jobs`` parallel shards, in the background.
 
     Each exercise's tests run once per variant of that exercise, with the variant swapped into
-    a copy of the reference. ``jobs`` defaults to ``$WORKBOOK_META_JOBS`` or the number of CPUs this process may use.
+    a copy of the reference. ``jobs`` defaults to ``$WORKBOOK_META_JOBS`` or the number of CPUs
+    this process may use. :meth:`VariantRun.results` waits for the shards.
     """
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # no affinity on macOS
     jobs = jobs or int(os.environ.get("WORKBOOK_META_JOBS", 0)) or usable or 1
@@ -127,7 +128,7 @@ def run_suite_on_variants(kinds: str = "variants", jobs: int | None = None, time
     # Only the exercise tests can run on a variant (they live in tests/test_part*.py): collecting
     # nothing else saves every shard the imports of the other test modules.
     test_files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_part*.py"))
-    procs = []
+    run = VariantRun(tmp)
     for shard in range(jobs):
         report = tmp / f"shard{shard}.jsonl"
         cmd = [sys.executable, "-m", "pytest", *test_files, f"--impl={kinds}", f"--variant-shard={shard}/{jobs}",
@@ -135,20 +136,44 @@ def run_suite_on_variants(kinds: str = "variants", jobs: int | None = None, time
                "--tb=native",  # hundreds of expected failures: pytest's own traceback format costs ~20 ms each
                "-o", "console_output_style=classic", "-W", "ignore"]
         log = (tmp / f"shard{shard}.log").open("w")
-        procs.append((subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True), report, log))
-    results: dict[str, list[dict]] = {}
-    for proc, report, log in procs:
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        run.shards.append((subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True), report, log))
+    return run
+
+
+class VariantRun:
+    """The shards of a meta-run started by :func:`start_suite_on_variants`."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.shards = tmp, []
+
+    def results(self, timeout: float = 1500) -> dict[str, list[dict]]:
+        """Wait for every shard (killing one that takes longer than ``timeout``); results by variant choice string."""
+        results: dict[str, list[dict]] = {}
+        for proc, report, log in self.shards:
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            log.close()
+            for line in report.read_text().splitlines() if report.exists() else []:
+                rec = json.loads(line)
+                if rec.get("variant"):
+                    results.setdefault(rec["variant"], []).append(rec)
+        if not results:
+            logs = "\n".join((self.tmp / f"shard{i}.log").read_text()[-3000:] for i in range(len(self.shards)))
+            raise RuntimeError(f"the variants run produced no results (logs in {self.tmp}):\n{logs}")
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return results
+
+    def cancel(self) -> None:
+        """Stop the shards (a session that never asked for the results)."""
+        for proc, _, log in self.shards:
             proc.kill()
-        log.close()
-        for line in report.read_text().splitlines() if report.exists() else []:
-            rec = json.loads(line)
-            if rec.get("variant"):
-                results.setdefault(rec["variant"], []).append(rec)
-    if not results:
-        logs = "\n".join((tmp / f"shard{i}.log").read_text()[-3000:] for i in range(jobs))
-        raise RuntimeError(f"the variants run produced no results (logs in {tmp}):\n{logs}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    return results
+            proc.wait()
+            log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def run_suite_on_variants(kinds: str = "variants", jobs: int | None = None, timeout: float = 1500) -> dict[str, list[dict]]:
+    """:func:`start_suite_on_variants`, then wait for its results."""
+    return start_suite_on_variants(kinds, jobs).results(timeout)
