@@ -156,7 +156,7 @@ def plot_learning_curve(episodes: list[tuple[int, float]], path: Path, title: st
         ax.plot(steps[window - 1:], smooth, color="C1", label=f"mean of last {window}")
     ax.axhline(solved_return, color="grey", linestyle="--", linewidth=1, label=f"solved ({solved_return:g})")
     ax.set(xlabel="environment steps", ylabel="return", title=title, ylim=ylim)
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")  # the curve rises: usually upper left or lower right is free
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -225,9 +225,11 @@ def train_one(module, options: argparse.Namespace, args, run_name: str, task: Ta
         progress = tqdm(total=args.total_phases * args.batch_size, unit="step", unit_scale=True, dynamic_ncols=True,
                         mininterval=0.5, disable=None)  # None: no bar when the output is not a terminal
     start = time.perf_counter()
+    steps_done = [0]  # global steps (all ranks under torchrun), from the phase reports
 
     def on_phase_end(report) -> bool:
         elapsed = time.perf_counter() - start
+        steps_done[0] = report.global_step
         episodes.extend((report.global_step, r) for r, _ in report.episodes)
         recent = [r for _, r in episodes[-20:]]
         record = {"global_step": report.global_step, "phase": report.phase, "sps": report.global_step / elapsed,
@@ -261,7 +263,7 @@ def train_one(module, options: argparse.Namespace, args, run_name: str, task: Ta
     solved = bool(returns.mean() >= solved_return)
     print(f"greedy evaluation over {len(returns)} episodes: mean {returns.mean():.1f} ± {returns.std():.1f} "
           f"(min {returns.min():.0f}) — {'SOLVED' if solved else 'not solved'} "
-          f"after {trainer.agent.step} steps in {train_seconds:.1f} s", flush=True)
+          f"after {steps_done[0]} steps in {train_seconds:.1f} s", flush=True)
 
     torch.save(task.checkpoint(trainer) | {"args": dataclasses.asdict(args), "eval_returns": returns.tolist()},
                run_dir / "agent.pt")
