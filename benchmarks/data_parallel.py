@@ -32,12 +32,17 @@ ROOT = Path(__file__).resolve().parent.parent
 CONTINUOUS_ENVS = ["InvertedPendulum-v5", "Hopper-v5", "HalfCheetah-v5"]
 
 
+def workbook_command(env_id: str) -> list[str]:
+    """The training subcommand for ``env_id``: ``cartpole``, or ``continuous --env ENV`` for MuJoCo."""
+    return ["cartpole"] if env_id == "CartPole-v1" else ["continuous", "--env", env_id]
+
+
 def run_once(nproc: int | None, total_timesteps: int, out: Path, name: str, env_id: str = "CartPole-v1",
              overrides: list[str] = ()) -> dict:
     """One training run; ``nproc=None`` is the plain single-process command."""
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
                 if nproc else [sys.executable])
-    command = ["cartpole"] if env_id == "CartPole-v1" else ["continuous", "--env", env_id]
+    command = workbook_command(env_id)
     sets = [arg for field in overrides for arg in ("--set", field)]
     cmd = [*launcher, "-m", "workbook", *command, "--impl", "solutions", "--total-timesteps", str(total_timesteps),
            *sets, "--wandb", "disabled", "--no-progress", "--eval-episodes", "1", "--runs-dir", str(out), "--run-name", name]
@@ -61,8 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="passed on to every run (per-rank settings such as num_envs)")
     options = parser.parse_args(argv)
-    command = "cartpole" if options.env == "CartPole-v1" else f"continuous --env {options.env}"
-    configs = [(f"python -m workbook {command.split()[0]}", None)] + [(f"torchrun --nproc_per_node={n}", n) for n in options.nproc]
+    configs = [(f"python -m workbook {workbook_command(options.env)[0]}", None)] + [(f"torchrun --nproc_per_node={n}", n) for n in options.nproc]
     results: dict[str, list[dict]] = {label: [] for label, _ in configs}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:

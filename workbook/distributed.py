@@ -170,7 +170,7 @@ def init(impl: str = "solutions", timeout_s: float | None = None) -> Context:
     and RLHF commands train on the CPU, so on a GPU machine they still talk over gloo; a model
     on the GPU gets NCCL. (NCCL alone would reject CPU tensors.)
     ``impl`` picks whose Part 6 (``exercises`` or ``solutions``) supplies the seeds, the
-    global whitening and (Part 4) the gradient averaging. Safe to call twice.
+    global whitening and (CartPole, Part 4) the gradient averaging. Safe to call twice.
     """
     global _context
     if "WORLD_SIZE" not in os.environ:  # plain `python -m workbook ...`: nothing to join

@@ -225,11 +225,12 @@ def train_one(module, options: argparse.Namespace, args, run_name: str, task: Ta
         progress = tqdm(total=args.total_phases * args.batch_size, unit="step", unit_scale=True, dynamic_ncols=True,
                         mininterval=0.5, disable=None)  # None: no bar when the output is not a terminal
     start = time.perf_counter()
-    steps_done = [0]  # global steps (all ranks under torchrun), from the phase reports
+    steps_done = 0  # global steps (all ranks under torchrun), from the phase reports
 
     def on_phase_end(report) -> bool:
+        nonlocal steps_done
         elapsed = time.perf_counter() - start
-        steps_done[0] = report.global_step
+        steps_done = report.global_step
         episodes.extend((report.global_step, r) for r, _ in report.episodes)
         recent = [r for _, r in episodes[-20:]]
         record = {"global_step": report.global_step, "phase": report.phase, "sps": report.global_step / elapsed,
@@ -263,7 +264,7 @@ def train_one(module, options: argparse.Namespace, args, run_name: str, task: Ta
     solved = bool(returns.mean() >= solved_return)
     print(f"greedy evaluation over {len(returns)} episodes: mean {returns.mean():.1f} ± {returns.std():.1f} "
           f"(min {returns.min():.0f}) — {'SOLVED' if solved else 'not solved'} "
-          f"after {steps_done[0]} steps in {train_seconds:.1f} s", flush=True)
+          f"after {steps_done} steps in {train_seconds:.1f} s", flush=True)
 
     torch.save(task.checkpoint(trainer) | {"args": dataclasses.asdict(args), "eval_returns": returns.tolist()},
                run_dir / "agent.pt")
