@@ -89,7 +89,6 @@ BAD = [
     (["grade", "--impl", "mine"], "--impl", "invalid choice"),
     (["grade", "--part", "part9"], "--part", "invalid choice"),
     (["pretrain", "--d-model", "100", "--n-head", "3"], "--n-head", "does not divide"),
-    (["stubs", "no/such/file.py"], "solution", "not a file"),
 ]
 
 

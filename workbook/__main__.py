@@ -9,7 +9,6 @@ import sys
 # should not pay for importing gymnasium or the language model.
 COMMANDS = {
     "grade": ("workbook.grading", "grade table: one row per exercise (--impl, --json)"),
-    "stubs": ("workbook.mirror", "write exercises/X.py from solutions/X.py (maintainers)"),
     "cartpole": ("workbook.cartpole.train", "Part 2: train PPO on CartPole-v1 (--impl, wandb offline)"),
     "continuous": ("workbook.continuous.train", "Part 4: train a Gaussian-policy PPO agent on MuJoCo (--env)"),
     "pretrain": ("workbook.lm.pretrain", "Part 3: pretrain the tiny review GPT (cached)"),
