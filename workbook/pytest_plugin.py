@@ -8,7 +8,12 @@
   per variant of that exercise; ``--variant-shard=I/K`` keeps every K-th variant from the I-th
   (the meta-tests run K shards in parallel and read the results; see workbook/variants.py).
 - A test that hits a stub (``NotImplementedError`` raised in exercises/) is reported as
-  *not started*, not as a traceback, and the end of the run prints one line per exercise.
+  *not started*, not as a traceback — or, when the exercise itself is written and the stub
+  belongs to another exercise it calls, as *waiting on part1_ppo_core.NAME*. The end of the
+  run prints one line per exercise (with its diagnosis and how many tests fail) and why tests
+  were skipped.
+- An exercise's first failure is shown in full; its later ones in two lines (the test, the
+  diagnosis), so one mistake does not fill the screen once per test.
 - ``--workbook-report=PATH`` writes one JSON line per collected exercise test and per
   result, for the ``grade`` command.
 - Hangs cost seconds: every test has pytest-timeout's limit (``timeout`` in pyproject.toml, in
@@ -43,7 +48,8 @@ import torch
 from jaxtyping import TypeCheckError
 
 from workbook import mistakes, variants
-from workbook.grading import FAILING, NOT_STARTED, PASSING, TIMED_OUT, aggregate
+from workbook.grading import FAILING, NOT_STARTED, PASSING, TIMED_OUT, WAITING, aggregate, diagnosis
+from workbook.mirror import stubbed_functions
 from workbook.typecheck import explain_type_error
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -325,11 +331,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         stub = _stub_location(call.excinfo)
     if stub is not None:
         found = _exercise_of(item)
-        own = found and stub.split("::")[1].split(".")[0] == found[1]
-        message = f"not started: fill in {stub}" if own or not found else f"not started: needs {stub}"
+        stub_part, stub_name = Path(stub.split("::")[0]).stem, stub.split("::")[1]
+        own = found and (stub_part, stub_name.split(".")[0]) == found[:2]
         report.outcome = "skipped"
+        if found and not own and _is_written(*found[:2]):
+            message, report.workbook_outcome = f"waiting on {stub_part}.{stub_name}", WAITING
+        else:
+            message = f"not started: fill in {stub}" if own or not found else f"not started: needs {stub}"
+            report.workbook_outcome = NOT_STARTED
         report.longrepr = (str(item.path), item.location[1] or 0, message)
-        report.workbook_outcome = NOT_STARTED
     if failed_here and stub is None and str(call.excinfo.value).startswith("wrong answer from"):
         # Our own explanation says everything; a traceback through the harness adds nothing.
         where = f"{item.path.name}:{item.location[1] + 1 if item.location[1] is not None else '?'}"
@@ -345,8 +355,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if found is None:
             return
         part, exercise, _ = found
-        if getattr(report, "workbook_outcome", None) == NOT_STARTED:
-            status, message = NOT_STARTED, report.longrepr[2]
+        if getattr(report, "workbook_outcome", None) in (NOT_STARTED, WAITING):
+            status, message = report.workbook_outcome, report.longrepr[2]
         elif report.failed and (getattr(item, "workbook_timed_out", None) or (
                 call.excinfo is not None and call.excinfo.errisinstance(ExerciseHung)
                 and call.excinfo.value.exercise == exercise)):
@@ -357,6 +367,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             status, message = "skipped", str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
         else:
             status, message = "failed", _failure_text(call)
+        if status in (FAILING, TIMED_OUT, "failed") and config.workbook_impl not in VARIANT_RUNS:
+            _shorten_repeated_failure(item, report, part, exercise, message)
         record = {"kind": "result", "nodeid": item.nodeid, "part": part, "exercise": exercise,
                   "outcome": status, "message": message[:4000], "duration": round(report.duration, 3)}
         if getattr(item, "callspec", None) and "impl" in item.callspec.params:
@@ -365,6 +377,32 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             record[v.kind] = v.id  # record["mistake"] or record["alternative"]
             record["full_text"] = str(report.longrepr)[-20000:]
         _record(config, record)
+
+
+_WRITTEN: dict[str, set[str]] = {}
+
+
+def _is_written(part: str, exercise: str) -> bool:
+    """Whether exercises/<part>.py holds ``exercise`` with no stubbed function or method left."""
+    if part not in _WRITTEN:
+        path = EXERCISES_DIR / f"{part}.py"
+        try:
+            _WRITTEN[part] = {name.split(".")[0] for name in stubbed_functions(path)}
+        except (OSError, SyntaxError):
+            _WRITTEN[part] = set()
+    return exercise not in _WRITTEN[part]
+
+
+def _shorten_repeated_failure(item: pytest.Item, report: pytest.TestReport, part: str, exercise: str, message: str) -> None:
+    """The exercise's first failure stays in full; later ones become the test and the diagnosis."""
+    shown = item.config.__dict__.setdefault("_workbook_failures_shown", {})
+    first, first_diagnosis = shown.setdefault((part, exercise), (item.nodeid, diagnosis(message)))
+    if first == item.nodeid:
+        return
+    where = f"{item.path.name}:{item.location[1] + 1 if item.location[1] is not None else '?'}"
+    said = diagnosis(message)
+    said = f"the same diagnosis as {first.split('::')[-1]} above" if said == first_diagnosis else said
+    report.longrepr = f"{item.name} ({where}): {said} (select this test alone to see it in full)"
 
 
 def _failure_text(call: pytest.CallInfo) -> str:
@@ -391,16 +429,40 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                                             "every test of their exercise")
         return
     rows = aggregate(records)
-    if not rows:
+    skips = _skip_reasons(terminalreporter)
+    if not rows and not skips:
         return
     impl = config.workbook_impl
     terminalreporter.write_sep("=", f"workbook progress (--impl={impl})")
-    width = max(len(f"{r.part}.{r.exercise}") for r in rows)
+    width = max([len(f"{r.part}.{r.exercise}") for r in rows] + [1])
     for r in rows:
-        marks = {PASSING: "✓", FAILING: "✗", TIMED_OUT: "✗", NOT_STARTED: "·"}
-        extra = f"  {r.detail.removeprefix('not started: ')}" if r.status == NOT_STARTED else (
-            f"  ({r.tests - r.passed} of {r.tests} tests fail)" if r.status in (FAILING, TIMED_OUT) else "")
+        marks = {PASSING: "✓", FAILING: "✗", TIMED_OUT: "✗", NOT_STARTED: "·", WAITING: "…"}
+        if r.status in (NOT_STARTED, WAITING):
+            extra = f"  {r.detail.removeprefix('not started: ').removeprefix('waiting on ')}"
+        elif r.status in (FAILING, TIMED_OUT):
+            extra = f"  ({r.tests - r.passed} of {r.tests} tests fail): {r.detail}"
+        else:
+            extra = ""
         name = f"{r.part}.{r.exercise}"
         terminalreporter.write_line(f"  {marks.get(r.status, '?')} {name:<{width}}  {r.status}{extra}")
-    total, most = sum(r.points for r in rows), sum(r.max_points for r in rows)
-    terminalreporter.write_line(f"  points: {total}/{most}")
+    if rows:
+        total, most = sum(r.points for r in rows), sum(r.max_points for r in rows)
+        terminalreporter.write_line(f"  points: {total}/{most}")
+    for reason, count in skips.items():
+        terminalreporter.write_line(f"  {count} skipped: {reason}")
+
+
+def _skip_reasons(terminalreporter) -> dict[str, int]:
+    """Why tests that grade no exercise were skipped (graded ones have their row), reason → count."""
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        if getattr(report, "workbook_outcome", None) and _exercise_marked(report):
+            continue
+        longrepr = report.longrepr
+        reason = str(longrepr[2] if isinstance(longrepr, tuple) else longrepr).removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return reasons
+
+
+def _exercise_marked(report: pytest.TestReport) -> bool:
+    return "exercise" in getattr(report, "keywords", {})
