@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -34,7 +35,8 @@ import torch
 
 from workbook import distributed
 from workbook.cartpole.evaluate import SOLVED_RETURN, evaluate_greedy
-from workbook.cli import make_parser, parse_overrides, require, require_at_least, require_divides, require_in
+from workbook.cli import (add_seeds_option, make_parser, parse_overrides, require, require_at_least, require_divides,
+                          require_in, require_unique_seeds)
 from workbook.runs import WANDB_MODES, ConfigError, check_new_run_dir, command, new_run_dir, start_wandb
 from workbook.typecheck import set_shape_checks
 
@@ -67,6 +69,10 @@ class Task:
     """The arguments dataclass in the part's module."""
     run_prefix: Callable[[Any], str] | None = None
     """args → the run folders' default prefix (default: ``name``)."""
+    run_name_pattern: str = "cartpole"
+    """How ``--help`` describes that prefix."""
+    video_modules: tuple[str, ...] = ("moviepy", "pygame")
+    """What ``--video`` needs installed (checked before training): moviepy writes the MP4, pygame draws classic control."""
 
 
 def parse_args(argv: list[str] | None, ppo_args: type, task: Task | None = None) -> argparse.Namespace:
@@ -75,17 +81,19 @@ def parse_args(argv: list[str] | None, ppo_args: type, task: Task | None = None)
     parser.add_argument("--impl", choices=("exercises", "solutions"), default="exercises",
                         help=f"whose {task.part} to train: yours (exercises, default) or the reference (solutions)")
     task.add_options(parser)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1], help="one run per seed (default: 1)")
+    add_seeds_option(parser, [1], "one run per seed, e.g. --seeds 1 2 3")
     parser.add_argument("--total-timesteps", type=int, default=None, help="override PPOArgs.total_timesteps")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override any PPOArgs field, e.g. --set learning_rate=1e-3 (repeatable)")
     parser.add_argument("--wandb", choices=WANDB_MODES, default="offline",
                         help="offline (default: written under the run directory, no account needed), online, or disabled")
     parser.add_argument("--wandb-project", default="ppo-rlhf-workbook")
-    parser.add_argument("--run-name", default=None, help=f"default: {task.name}-<impl>-seed<seed>-<time>")
+    parser.add_argument("--run-name", default=None, help=f"default: {task.run_name_pattern}-<impl>-seed<seed>-<time>"
+                        " (with several seeds: <run-name>-seed<seed>)")
     parser.add_argument("--runs-dir", default="runs", help="parent directory of the run directories")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run of the same name (default: refuse)")
-    parser.add_argument("--video", action="store_true", help="record one greedy episode (needs moviepy and pygame)")
+    parser.add_argument("--video", action="store_true",
+                        help=f"record one greedy episode (needs {' and '.join(task.video_modules)}: pip install -e '.[video]')")
     parser.add_argument("--eval-episodes", type=int, default=20, help="greedy evaluation episodes at the end (≥ 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
     args = parser.parse_args(argv)
@@ -111,8 +119,12 @@ def check_settings(options: argparse.Namespace, ppo_args: type, task: Task | Non
     require(values["total_timesteps"] >= batch, "total_timesteps",
             f"{values['total_timesteps']} is less than one rollout (num_envs × num_steps_per_rollout = {batch})")
     require_at_least("--eval-episodes", options.eval_episodes, 1)
-    require(len(set(options.seeds)) == len(options.seeds), "--seeds", f"repeated seed in {options.seeds}")
-    (task or CARTPOLE).check_env(values["env_id"])
+    require_unique_seeds(options.seeds)
+    task = task or CARTPOLE
+    missing = [name for name in task.video_modules if importlib.util.find_spec(name) is None] if options.video else []
+    require(not missing, "--video", f"needs {' and '.join(missing)}, not installed: pip install -e '.[video]' "
+                                    "(or leave --video out)")
+    task.check_env(values["env_id"])
     try:  # the learner's PPOArgs may check more; its ValueError is still one line
         return [ppo_args(**(options.overrides | {"seed": seed})) for seed in options.seeds]
     except ValueError as error:

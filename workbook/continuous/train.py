@@ -62,6 +62,8 @@ CONTINUOUS = Task(
     add_options=add_options,
     overrides=lambda options: PRESETS.get(options.env, {}) | {"env_id": options.env},
     run_prefix=lambda args: args.env_id.split("-")[0].lower(),
+    run_name_pattern="<env, e.g. invertedpendulum>",
+    video_modules=("moviepy",),  # MuJoCo renders with OpenGL (MUJOCO_GL), checked when the video is recorded
 )
 
 
