@@ -12,7 +12,8 @@ field of ``ContinuousPPOArgs``); ``agent.pt`` also holds both normalisers' stati
 which the saved actor would see inputs on the wrong scale; and the greedy evaluation (20
 episodes) takes the mean action of observations normalised with those statistics frozen.
 Solved: InvertedPendulum-v5 ≥ 950, Hopper-v5 ≥ 2000, HalfCheetah-v5 ≥ 1500 (our benchmarks'
-goals). The exit status is 0 when every seed solved it.
+goals). The exit status is 0 when every seed solved it, else 1 (0 under torchrun, where rank 0
+says "not solved" in one line: torchrun would report a 1 as a crash).
 """
 
 from __future__ import annotations
