@@ -7,12 +7,14 @@
 
 Each seed writes ``runs/<run-name>/``:
   metrics.jsonl        one line per learning phase (what is also logged to wandb)
-  learning_curve.png   episode returns against environment steps (no wandb needed)
+  learning_curve.png   episode returns against environment steps (no wandb needed); Part 4 adds σ below
   agent.pt             the final actor and critic (state dicts) and the PPOArgs
   wandb/               the wandb run — offline unless you ask for ``--wandb online``
                        (upload later with ``wandb sync runs/<run-name>/wandb/offline-run-*``)
   video/               with ``--video``: one greedy episode as MP4 (needs ``pip install moviepy pygame``)
-and ends with a greedy evaluation over 20 episodes; CartPole-v1 is solved at a mean of ≥ 475.
+With several seeds, ``runs/<run-name>-seeds.png`` (``cartpole-<impl>-seeds-<time>.png`` by
+default) draws them together: each seed, their mean, and the band from the lowest to the highest.
+Each seed ends with a greedy evaluation over 20 episodes; CartPole-v1 is solved at a mean of ≥ 475.
 The exit status is 0 when every seed solved it, else 1 — except under torchrun, which reports
 a non-zero exit as a crash: there it is 0 once training finished, and rank 0 prints "not solved
 for seed …" in one line. An existing run folder is never overwritten:
@@ -36,6 +38,7 @@ import numpy as np
 import torch
 
 from workbook import distributed
+from workbook.cartpole.curves import plot_learning_curve, plot_seeds
 from workbook.cartpole.evaluate import SOLVED_RETURN, evaluate_greedy
 from workbook.cli import (add_seeds_option, make_parser, parse_overrides, require, require_at_least, require_divides,
                           require_in, require_unique_seeds)
@@ -154,28 +157,6 @@ def check_env(env_id: str, continuous: bool = False, field: str = "env_id") -> N
             f"{env_id} has observations {obs_space}; this agent needs a 1-D Box")
 
 
-def plot_learning_curve(episodes: list[tuple[int, float]], path: Path, title: str,
-                        solved_return: float = SOLVED_RETURN, ylim: tuple[float, float] | None = (0, 520)) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if episodes:
-        steps, returns = np.array(episodes).T
-        ax.scatter(steps, returns, s=4, alpha=0.3, label="episode return")
-        window = min(20, len(returns))
-        smooth = np.convolve(returns, np.ones(window) / window, mode="valid")
-        ax.plot(steps[window - 1:], smooth, color="C1", label=f"mean of last {window}")
-    ax.axhline(solved_return, color="grey", linestyle="--", linewidth=1, label=f"solved ({solved_return:g})")
-    ax.set(xlabel="environment steps", ylabel="return", title=title, ylim=ylim)
-    ax.legend(loc="best")  # the curve rises: usually upper left or lower right is free
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def record_video(actor: torch.nn.Module, env_id: str, folder: Path, seed: int,
                  act: Callable[[torch.Tensor], Any] | None = None) -> Path | None:
     """One greedy episode as MP4 with gymnasium's RecordVideo; None (with a hint) without moviepy.
@@ -218,6 +199,12 @@ def run_names(options: argparse.Namespace, prefix: str = "cartpole") -> list[str
     return [f"{prefix}-{options.impl}-seed{s}-{stamp}" for s in options.seeds]
 
 
+def seeds_plot_name(names: list[str], seeds: list[int]) -> str:
+    """The several-seeds figure's file name, from the run folders' names: ``-seed<first>`` becomes ``-seeds``."""
+    head, _, tail = names[0].rpartition(f"-seed{seeds[0]}")
+    return f"{head}-seeds{tail}.png"
+
+
 def train_one(module, options: argparse.Namespace, args, run_name: str, task: Task | None = None) -> dict:
     task = task or CARTPOLE
     seed = args.seed
@@ -231,6 +218,7 @@ def train_one(module, options: argparse.Namespace, args, run_name: str, task: Ta
     run = start_wandb(options.wandb, project=options.wandb_project, run_name=run_name, run_dir=run_dir,
                       config=dataclasses.asdict(args) | {"impl": options.impl})
     episodes: list[tuple[int, float]] = []  # (global step at the end of the phase, return)
+    sigma: list[tuple[int, float]] = []  # (global step, policy σ) for a Gaussian policy (Part 4)
     metrics_file = (run_dir / "metrics.jsonl").open("w")
     progress = None
     if not options.no_progress:
@@ -246,6 +234,8 @@ def train_one(module, options: argparse.Namespace, args, run_name: str, task: Ta
         elapsed = time.perf_counter() - start
         steps_done = report.global_step
         episodes.extend((report.global_step, r) for r, _ in report.episodes)
+        if "std" in report.stats:
+            sigma.append((report.global_step, float(report.stats["std"])))
         recent = [r for _, r in episodes[-20:]]
         record = {"global_step": report.global_step, "phase": report.phase, "sps": report.global_step / elapsed,
                   **{f"losses/{k}": v for k, v in report.stats.items()}}
@@ -284,7 +274,7 @@ def train_one(module, options: argparse.Namespace, args, run_name: str, task: Ta
                run_dir / "agent.pt")
     plot_learning_curve(episodes, run_dir / "learning_curve.png",
                         f"PPO on {args.env_id} ({options.impl}, seed {seed}): greedy eval {returns.mean():.0f}",
-                        solved_return, task.ylim)
+                        solved_return, task.ylim, sigma)
     video = (record_video(trainer.actor, args.env_id, run_dir / "video", seed, task.greedy_action(module, trainer))
              if options.video else None)
     if run is not None:
@@ -298,7 +288,7 @@ def train_one(module, options: argparse.Namespace, args, run_name: str, task: Ta
     print(f"wrote {run_dir}/: metrics.jsonl, learning_curve.png, agent.pt"
           + (", wandb/" if run is not None else "") + (", video/" if video is not None else ""), flush=True)
     return {"seed": seed, "solved": solved, "mean_return": float(returns.mean()), "train_seconds": train_seconds,
-            "run_dir": str(run_dir)}
+            "run_dir": str(run_dir), "episodes": episodes, "sigma": sigma, "solved_return": solved_return}
 
 
 CARTPOLE = Task(
@@ -338,6 +328,9 @@ def run_command(argv: list[str] | None, task: Task) -> int:
         return 2
     for name in names if distributed.is_main() else []:
         check_new_run_dir(options.runs_dir, name, options.overwrite)
+    seeds_plot = Path(options.runs_dir) / seeds_plot_name(names, options.seeds) if len(names) > 1 else None
+    if seeds_plot is not None and seeds_plot.exists() and not options.overwrite and distributed.is_main():
+        raise ConfigError("--run-name", f"{seeds_plot} already exists; pick another --run-name or pass --overwrite")
     results = []
     for args, name in zip(all_args, names):
         try:
@@ -350,6 +343,9 @@ def run_command(argv: list[str] | None, task: Task) -> int:
         print("seed  solved  mean return  train s")
         for r in results:
             print(f"{r['seed']:>4}  {str(r['solved']):>6}  {r['mean_return']:>11.1f}  {r['train_seconds']:>7.1f}")
+        plot_seeds({r["seed"]: (r["episodes"], r["sigma"]) for r in results}, seeds_plot,
+                   f"PPO on {all_args[0].env_id} ({impl})", results[0]["solved_return"], task.ylim)
+        print(f"wrote {seeds_plot} (every seed, their mean and spread)")
     if distributed.context().enabled:
         # torchrun reports any rank's non-zero exit as a crash (a ChildFailedError traceback): a finished
         # run that did not solve the task exits 0 here, and rank 0 says so in one line instead.
