@@ -74,7 +74,7 @@ def test_written_exercise_blocked_by_another_parts_stub_is_waiting(tmp_path):
     assert rows["compute_continuous_objective"].status == WAITING, proc.stdout[-3000:]
     assert rows["compute_continuous_objective"].detail == "waiting on part1_ppo_core.calc_clipped_surrogate_objective"
     assert rows["GaussianActor"].status == NOT_STARTED  # its own stub: not started, whatever else it needs
-    assert "compute_continuous_objective  waiting  part1_ppo_core.calc_clipped_surrogate_objective" in proc.stdout
+    assert "compute_continuous_objective  waiting on part1_ppo_core.calc_clipped_surrogate_objective\n" in proc.stdout
     steps = format_next_steps(list(rows.values()))
     assert "written, waiting on part1_ppo_core.calc_clipped_surrogate_objective" in steps
     assert "not started" not in next(line for line in steps.splitlines() if "compute_continuous_objective" in line)

@@ -437,8 +437,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     width = max([len(f"{r.part}.{r.exercise}") for r in rows] + [1])
     for r in rows:
         marks = {PASSING: "✓", FAILING: "✗", TIMED_OUT: "✗", NOT_STARTED: "·", WAITING: "…"}
-        if r.status in (NOT_STARTED, WAITING):
-            extra = f"  {r.detail.removeprefix('not started: ').removeprefix('waiting on ')}"
+        if r.status == NOT_STARTED:
+            extra = f"  {r.detail.removeprefix('not started: ')}"
+        elif r.status == WAITING:
+            extra = f" {r.detail.removeprefix(WAITING)}"  # "waiting on part1_ppo_core.NAME"
         elif r.status in (FAILING, TIMED_OUT):
             extra = f"  ({r.tests - r.passed} of {r.tests} tests fail): {r.detail}"
         else:
