@@ -55,7 +55,7 @@ def main() -> int:
         for argv in (["-m", "workbook", "grade", "--part", "part1_ppo_core", "--part", "part4_continuous"],
                      ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_part1_ppo_core.py",
                       "tests/test_part4_continuous.py"]):
-            print(f"$ python {' '.join(argv[1:])}", flush=True)
+            print(f"$ python {' '.join(argv)}", flush=True)
             subprocess.run([sys.executable, *argv], cwd=root, env=env)
     return 0
 

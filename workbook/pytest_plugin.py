@@ -440,7 +440,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         if r.status == NOT_STARTED:
             extra = f"  {r.detail.removeprefix('not started: ')}"
         elif r.status == WAITING:
-            extra = f" {r.detail.removeprefix(WAITING)}"  # "waiting on part1_ppo_core.NAME"
+            extra = r.detail.removeprefix(WAITING)  # so the row reads "waiting on part1_ppo_core.NAME"
         elif r.status in (FAILING, TIMED_OUT):
             extra = f"  ({r.tests - r.passed} of {r.tests} tests fail): {r.detail}"
         else:
