@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from workbook.beyond.algorithms import ALGOS, algo_args  # noqa: E402
+from workbook.loop.algorithms import ALGOS  # noqa: E402
 from workbook.lm.pretrain import PretrainArgs, load_or_pretrain  # noqa: E402
-from workbook.rlhf.train import train  # noqa: E402
+from workbook.loop.train import algo_args, train  # noqa: E402
 
 COLOURS = {"ppo": "tab:blue", "grpo": "tab:orange", "rloo": "tab:green", "dpo": "tab:red"}
 
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
     runs = {}
     for algo in ns.algos:
         print(f"\n== {algo} ==", flush=True)
-        args = algo_args(algo, impl=ns.impl, seed=ns.seed, wandb="disabled", run_dir=str(out), run_name=f"{algo}-s{ns.seed}",
+        args = algo_args(algo, impl=ns.impl, seed=ns.seed, wandb="disabled", runs_dir=str(out), run_name=f"{algo}-s{ns.seed}",
                          quiet=True)
         done = out / args.run_name / "summary.json"
         if ns.reuse and done.exists():

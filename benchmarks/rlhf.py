@@ -24,7 +24,7 @@ import torch  # noqa: E402
 
 from workbook.lm.model import load_checkpoint  # noqa: E402
 from workbook.lm.pretrain import PretrainArgs, checkpoint_path, load_or_pretrain  # noqa: E402
-from workbook.rlhf.train import Args, train  # noqa: E402
+from workbook.loop.train import Args, train  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--kl-coef", type=float, default=Args.kl_coef)
     p.add_argument("--impl", default="solutions")
     p.add_argument("--wandb", default="disabled")
-    p.add_argument("--run-dir", default="runs")
+    p.add_argument("--runs-dir", default="runs")
     ns = p.parse_args(argv)
     torch.set_num_threads(1)
     load_start = os.getloadavg()
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{'cached (trained in' if cached else 'trained now in'} {pretrain_wall_s:.0f}s{')' if cached else ''}", flush=True)
 
     args = Args(impl=ns.impl, seed=ns.seed, time_budget_s=ns.time_budget_s, kl_coef=ns.kl_coef, wandb=ns.wandb,
-                run_dir=ns.run_dir, run_name=f"benchmark-rlhf-kl{ns.kl_coef:g}-s{ns.seed}", overwrite=True, quiet=False)
+                runs_dir=ns.runs_dir, run_name=f"benchmark-rlhf-kl{ns.kl_coef:g}-s{ns.seed}", overwrite=True, quiet=False)
     summary = train(args, model=model, tok=tok)
     before, after = summary["before"], summary["after"]
     load_end = os.getloadavg()

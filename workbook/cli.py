@@ -85,10 +85,12 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default if f.default is not dataclasses.MISSING else f.default_factory()
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One option per field of ``cls`` (a dataclass whose fields all have defaults)."""
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
+    """One option per field of ``cls`` (a dataclass whose fields all have defaults), except the fields in ``skip``."""
     docs, hints = field_docs(cls), field_types(cls)
     for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
         default = _default(f)
         flag = f"--{f.name.replace('_', '-')}"
         choices = choices_of(hints[f.name])
@@ -103,8 +105,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
 
 
 def dataclass_from_args(cls: type[T], namespace: argparse.Namespace, **overrides: Any) -> T:
-    """Build ``cls`` from the parsed options that name its fields."""
-    values = {f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)}
+    """Build ``cls`` from the parsed options that name its fields (a field without an option keeps its default)."""
+    values = {f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls) if hasattr(namespace, f.name)}
     return cls(**(values | overrides))
 
 
