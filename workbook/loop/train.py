@@ -344,8 +344,8 @@ def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend
     for it in range(args.iterations):
         stats = run.iteration(it)
         if bar is not None:
+            bar.set_postfix({"reward": f"{stats['env/reward_mean']:+.3f}", "KL": f"{stats['objective/kl']:.2f}"}, refresh=False)
             bar.update(1)
-            bar.set_postfix(reward=f"{stats['env/reward_mean']:+.3f}", KL=f"{stats['objective/kl']:.2f}", refresh=False)
         if args.time_budget_s and run.dp.decide(run.train_s >= args.time_budget_s):
             break
     if bar is not None:
@@ -420,12 +420,30 @@ def main(argv: list[str] | None = None) -> int:
     if not distributed.is_main():
         return 0
     task = ReviewTask  # the command's task: its headline and panels
-    for summary in summaries:
-        print_summary(summary, task)
+    if len(summaries) == 1:
+        print_summary(summaries[0], task)
+    else:
+        print_seeds(summaries, task)
     if group:
         out = write_seed_summary(args, group, summaries, histories, task)
         print(f"wrote {out}/ (curves.png: mean and min–max over seeds {', '.join(map(str, seeds))}; summary.json)")
     return 0
+
+
+def print_seeds(summaries: list[dict], task) -> None:
+    """One row per seed (before → after of each headline number), then the mean ± std over the seeds."""
+    width = 18
+    print(f"\n{'':<10}" + "".join(f"{title:>{width}}" for _, title, _ in task.headline))
+    for s in summaries:
+        print(f"{'seed ' + str(s['seed']):<10}" + "".join(
+            f"{format(s['before'][k], fmt) + ' → ' + format(s['after'][k], fmt):>{width}}" for k, _, fmt in task.headline))
+    cells = []
+    for k, _, fmt in task.headline:
+        after = np.array([s["after"][k] for s in summaries])
+        cells.append(f"{format(after.mean(), fmt)} ± {after.std():.2g}")
+    print(f"{'after':<10}" + "".join(f"{c:>{width}}" for c in cells) + "   (mean ± std over the seeds)")
+    for s in summaries:
+        print(f"wrote {s['run_dir']}/")
 
 
 def print_summary(summary: dict, task) -> None:
