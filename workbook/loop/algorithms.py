@@ -7,6 +7,7 @@ Each algorithm is defined here once, by an :class:`Algorithm` entry in :data:`AL
 - ``panels``: the statistics its curves show besides the task's (each algorithm names its
   own: GRPO has no KL target and no adaptive β to draw, DPO has a loss and a preference accuracy);
 - ``x_label`` and ``title``: the x-axis of its curves and the settings its title names;
+- ``check``: the settings it cannot run with (GRPO/RLOO: whole groups of two or more);
 - ``build``: the object the loop drives, with ``policy``, ``reference``, ``prompts(it)``
   (the :class:`~workbook.loop.task.Prompt` items to sample this iteration), ``step(rollout,
   scores, it)`` (one update; returns its stats) and ``summary()`` (extra end-of-run numbers).
@@ -67,6 +68,8 @@ class Algorithm:
     """args → the settings its curves' title names."""
     kl_target: Callable[[Any], float | None] = lambda args: None
     """args → the KL target drawn on the KL panel (PPO's adaptive controller), or None."""
+    check: Callable[[Any], None] = lambda args: None
+    """args → None, or ConfigError for a setting this algorithm cannot run with (before anything loads)."""
 
 
 # --- PPO (Part 3) -------------------------------------------------------------------------------
@@ -130,6 +133,14 @@ class Group:
 
     def summary(self) -> dict:
         return {}
+
+
+def check_groups(args) -> None:
+    """Whole groups of at least two samples (a baseline needs another sample)."""
+    from workbook.cli import require_at_least, require_divides
+
+    require_at_least("--group-size", args.group_size, 2)
+    require_divides("--group-size", args.group_size, "--batch-size", args.batch_size)
 
 
 # --- DPO (Part 5) -------------------------------------------------------------------------------
@@ -220,14 +231,14 @@ ALGORITHMS: dict[str, Algorithm] = {
         "grpo", "part5_beyond_ppo", Group,
         defaults={"iterations": 60, "kl_coef": 0.3, "ent_coef": 0.0, "loss_normalisation": "token"},
         panels=(KL, ("grpo/loss/policy", "policy loss"), ENTROPY, LENGTH, ("grpo/policy/clipfrac", "clipped fraction")),
-        x_label="GRPO iteration",
+        x_label="GRPO iteration", check=check_groups,
         title=lambda a: f"G={a.group_size}, β={a.kl_coef:g} (k3 in the loss), scale={a.grpo_scale}, "
                         f"loss per {a.loss_normalisation}"),
     "rloo": Algorithm(
         "rloo", "part5_beyond_ppo", Group,
         defaults={"iterations": 100, "kl_coef": 0.05, "ent_coef": 0.02, "loss_normalisation": "token"},
         panels=(KL, ("rloo/loss/policy", "policy loss"), ENTROPY, LENGTH, ("rloo/policy/clipfrac", "clipped fraction")),
-        x_label="RLOO iteration",
+        x_label="RLOO iteration", check=check_groups,
         title=lambda a: f"k={a.group_size}, β={a.kl_coef:g} (in the reward), loss per {a.loss_normalisation}"),
     "dpo": Algorithm(
         "dpo", "part5_beyond_ppo", DPO,

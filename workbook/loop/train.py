@@ -185,9 +185,7 @@ def validate(args: Args) -> None:
     require_in("--lam", args.lam, 0, 1)
     require_choices(args)
     require_positive("--dpo-beta", args.dpo_beta)
-    if args.algo in ("grpo", "rloo"):  # whole groups of at least two samples (a baseline needs another sample)
-        require_at_least("--group-size", args.group_size, 2)
-        require_divides("--group-size", args.group_size, "--batch-size", args.batch_size)
+    ALGORITHMS[args.algo].check(args)
     require(args.device == "cpu" or (args.device.split(":")[0] == "cuda" and torch.cuda.is_available()), "--device",
             f"{args.device!r}: expected cpu, or cuda (cuda:N) on a machine with a CUDA GPU")
     check_review_options(args)
