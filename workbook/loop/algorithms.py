@@ -264,9 +264,8 @@ def given_options(argv: list[str]) -> set[str]:
     return {a.split("=", 1)[0].removeprefix("--").removeprefix("no-").replace("-", "_") for a in argv if a.startswith("--")}
 
 
-def apply_algo_defaults(args, argv: list[str]):
-    """``args`` with ``args.algo``'s defaults for every option that ``argv`` does not set."""
-    given = given_options(argv)
+def apply_algo_defaults(args, given: set[str]):
+    """``args`` with ``args.algo``'s defaults for every field not in ``given`` (the fields the command line sets)."""
     return dataclasses.replace(args, **{k: v for k, v in ALGO_DEFAULTS.get(args.algo, {}).items() if k not in given})
 
 

@@ -41,8 +41,8 @@ import numpy as np
 import torch
 
 from workbook import distributed
-from workbook.cli import (add_dataclass_arguments, dataclass_from_args, make_parser, require, require_at_least, require_choices,
-                          require_divides, require_in, require_positive)
+from workbook.cli import (add_dataclass_arguments, dataclass_from_args, make_parser, parse_overrides, require, require_at_least,
+                          require_choices, require_divides, require_in, require_positive)
 from workbook.loop.algorithms import ALGORITHMS, algo_defaults_help, apply_algo_defaults, given_options, make_algorithm
 from workbook.loop.backend import make_backend
 from workbook.loop.curves import save_curves, save_seed_curves
@@ -153,6 +153,8 @@ def parse_command(argv: list[str] | None) -> tuple[Args, list[int]]:
     parser.add_argument("--seeds", type=int, nargs="+", default=[Args.seed], metavar="S",
                         help=f"one run per seed, e.g. --seeds 0 1 2 (default: {Args.seed})")
     add_dataclass_arguments(parser, Args, skip=("seed",))
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="set any option by its field name, e.g. --set kl_coef=0.1 (repeatable; same as --kl-coef 0.1)")
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--seed" in argv or any(a.startswith("--seed=") for a in argv):
         raise ConfigError("--seed", "unknown option; use --seeds S [S ...] (one run per seed)")
@@ -160,9 +162,12 @@ def parse_command(argv: list[str] | None) -> tuple[Args, list[int]]:
         raise ConfigError("--run-dir", "unknown option; use --runs-dir DIR")
     namespace = parser.parse_args(argv)
     seeds = list(namespace.seeds)
-    args = dataclass_from_args(Args, namespace, seed=seeds[0])
-    given = given_options(argv)
-    return apply_preset(apply_algo_defaults(args, argv), given), seeds
+    overrides = parse_overrides(namespace.set, Args)
+    if "seed" in overrides:
+        raise ConfigError("--set", "seed is set with --seeds S [S ...]")
+    args = dataclass_from_args(Args, namespace, seed=seeds[0], **overrides)
+    given = given_options(argv) | set(overrides)
+    return apply_preset(apply_algo_defaults(args, given), given), seeds
 
 
 def parse_args(argv: list[str] | None) -> Args:
