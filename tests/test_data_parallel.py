@@ -76,6 +76,16 @@ def test_one_data_parallel_step_equals_one_process_on_the_union(job):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("algo", ["grpo", "dpo"])
+def test_part5_algorithms_train_data_parallel_with_identical_weights(job, algo):
+    _, results, *_ = job
+    run = results[0]["commands"][algo]
+    assert run["iterations"] == 2 and run["rank0_wrote_samples"]
+    assert run["params_identical"], f"after 2 {algo} updates the ranks' weights differ (gradients not averaged?)"
+    assert run["params_moved"], "the weights never changed: no update happened"
+
+
+@pytest.mark.slow
 def test_only_rank_zero_writes_outputs(job):
     out, results, log, *_ = job
     assert results[0]["commands"]["rlhf_iterations"] == 2

@@ -24,8 +24,6 @@ from workbook.runs import WANDB_MODES
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
-RENAMED_IN_LOOP = pytest.mark.xfail(strict=False, reason="rlhf options renamed in the loop branch")
-IN_LOOP = {"command rlhf", "benchmarks/rlhf.py", "benchmarks/beyond_ppo.py", "benchmarks/hf_gpu.py"}
 
 
 class Captured(Exception):
@@ -68,7 +66,7 @@ def vocabulary_problems(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def mark(name: str):
-    return pytest.param(name, marks=RENAMED_IN_LOOP, id=name) if name in IN_LOOP else pytest.param(name, id=name)
+    return pytest.param(name, id=name)
 
 
 @pytest.mark.parametrize("name", [mark(f"command {c}") for c in COMMANDS] + [mark(f"benchmarks/{b}") for b in BENCHMARKS])

@@ -150,7 +150,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, skip: tu
 
 
 def dataclass_from_args(cls: type[T], namespace: argparse.Namespace, **overrides: Any) -> T:
-    """Build ``cls`` from the parsed options that name its fields."""
+    """Build ``cls`` from the parsed options that name its fields (a field without an option keeps its default)."""
     values = {f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls) if hasattr(namespace, f.name)}
     return cls(**(values | overrides))
 

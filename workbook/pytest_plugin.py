@@ -47,10 +47,25 @@ import pytest
 import torch
 from jaxtyping import TypeCheckError
 
-from workbook import mistakes, variants
+from workbook import alternatives, mistakes, variants
 from workbook.grading import FAILING, NOT_STARTED, PASSING, TIMED_OUT, WAITING, aggregate, diagnosis
 from workbook.mirror import stubbed_functions
 from workbook.typecheck import explain_type_error
+
+
+def registries() -> dict[str, variants.Registry]:
+    """{'mistake': ..., 'alternative': ...} (here, above both: ``workbook.variants`` imports neither)."""
+    return {"mistake": mistakes.REGISTRY, "alternative": alternatives.REGISTRY}
+
+
+def from_choice(choice: str) -> variants.Variant:
+    """The variant an ``--impl`` value like 'mistake:PART:EXERCISE:NAME' names (KeyError if none)."""
+    kind, _, variant_id = choice.partition(variants.SEPARATOR)
+    found = registries().get(kind)
+    if found is None:
+        raise KeyError(f"unknown kind of variant {kind!r} in {choice!r}")
+    return found.get(variant_id)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 EXERCISES_DIR = ROOT / "exercises"
@@ -76,7 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
     choice = config.getoption("--impl") or os.environ.get("WORKBOOK_IMPL") or "exercises"
     if choice not in CHOICES:
         try:
-            variants.from_choice(choice)  # fail early on a typo
+            from_choice(choice)  # fail early on a typo
         except KeyError as e:
             raise pytest.UsageError(f"--impl must be one of {', '.join(CHOICES)}, mistake:PART:EXERCISE:NAME or "
                                     f"alternative:PART:EXERCISE:NAME, got {choice!r} ({e.args[0]})") from None
@@ -132,7 +147,7 @@ def load_variant(choice: str):
     (not a patched original) so the module's own functions see the swapped-in version too.
     """
     if choice not in _loaded:
-        v = variants.from_choice(choice)
+        v = from_choice(choice)
         name = f"solutions.{v.part}__{v.kind}__{v.exercise}__{v.name}"
         spec = importlib.util.spec_from_file_location(name, ROOT / "solutions" / f"{v.part}.py")
         module = importlib.util.module_from_spec(spec)
@@ -183,7 +198,7 @@ def _seed_everything():
 def _variants_in_run(config: pytest.Config) -> list:
     """The variants this run covers: the kinds --impl asks for, then every K-th of --variant-shard."""
     if not hasattr(config, "_workbook_variants"):
-        found = [v for kind in VARIANT_RUNS[config.workbook_impl] for v in variants.registries()[kind].all()]
+        found = [v for kind in VARIANT_RUNS[config.workbook_impl] for v in registries()[kind].all()]
         shard, shards = config.workbook_shard
         config._workbook_variants = found[shard::shards]
     return config._workbook_variants
@@ -372,7 +387,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         record = {"kind": "result", "nodeid": item.nodeid, "part": part, "exercise": exercise,
                   "outcome": status, "message": message[:4000], "duration": round(report.duration, 3)}
         if getattr(item, "callspec", None) and "impl" in item.callspec.params:
-            v = variants.from_choice(item.callspec.params["impl"])
+            v = from_choice(item.callspec.params["impl"])
             record["variant"] = v.choice
             record[v.kind] = v.id  # record["mistake"] or record["alternative"]
             record["full_text"] = str(report.longrepr)[-20000:]
