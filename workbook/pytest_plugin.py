@@ -352,7 +352,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if found and not own and _is_written(*found[:2]):
             message, report.workbook_outcome = f"waiting on {stub_part}.{stub_name}", WAITING
         else:
-            message = f"not started: fill in {stub}" if own or not found else f"not started: needs {stub}"
+            message = f"not started: fill in {stub}" if own else f"not started: needs {stub}"
             report.workbook_outcome = NOT_STARTED
         report.longrepr = (str(item.path), item.location[1] or 0, message)
     if failed_here and stub is None and str(call.excinfo.value).startswith("wrong answer from"):
