@@ -41,10 +41,9 @@ Theory: part0_theory.md, section 13.
 
 from __future__ import annotations
 
+import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-
-import torch
 
 from workbook.typecheck import Mask, typechecked
 
