@@ -109,3 +109,11 @@ def test_the_base_model_is_cached_and_sampled_for_pass_at_k(tmp_path, capsys):
     assert table == sample_pass_at_k(model, tok, problems, ref7, n=4, ks=(1, 4), seed=0), "same seed, same table"
     with pytest.raises(ValueError):
         sample_pass_at_k(model, tok, problems, ref7, n=4, ks=(8,))
+
+
+def test_group_advantages_with_signal_joins_parts_5_and_7():
+    rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 1.0])
+    rows, advantages, keep = ref7.group_advantages_with_signal(["a", "b"], rewards, 3)
+    assert rows == ["a"] * 3 + ["b"] * 3
+    assert keep.tolist() == [False] * 3 + [True] * 3
+    torch.testing.assert_close(advantages, torch.tensor([0.0, 0.0, 0.0, -1 / 3, -1 / 3, 2 / 3]))
