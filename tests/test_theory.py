@@ -41,6 +41,8 @@ TOPICS = {
          "closed form", "implicit reward", "Bradley–Terry", "Z(x)"],
     12: ["Independent", "log_prob", "does not depend on the state", "clip",
          "store", "parallel formula", "frozen", "discounted return", "Divide only"],
+    14: ["NoopReset", "MaxAndSkip", "EpisodicLife", "FireReset", "84 × 84", "ClipReward", "FrameStack",
+         "shared", "obs / 255", "c_1", "terminal_on_life_loss"],
     11: ["torchrun", "rank", "all-reduce", "divided by $N$", "equal shares", "seed", "broadcast", "whiten",
          "global batch", "timeout"],
 }
