@@ -40,6 +40,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from workbook.atari.envs import check_atari_env, random_return  # noqa: E402
+from workbook.atari.train import device_setting  # noqa: E402
 from workbook.cli import make_parser, parse_overrides, require, require_positive  # noqa: E402
 from workbook.runs import ConfigError, command  # noqa: E402
 
@@ -82,6 +83,8 @@ def run_cleanrl(env_id: str, overrides: dict, seed: int, budget_s: float, total_
     command_line = [sys.executable, str(ROOT / "benchmarks" / "cleanrl" / "run_ppo.py"), "--script", "ppo_atari.py",
                     "--env-id", env_id, "--seed", str(seed), "--cuda", "false", "--budget-s", str(budget_s),
                     "--total-timesteps", str(total_timesteps)]
+    if overrides.get("device", "cpu") != "cpu":
+        command_line[command_line.index("--cuda") + 1] = "true"
     for ours, theirs in CLEANRL_FIELDS.items():
         if ours in overrides:
             command_line += [f"--{theirs}", str(overrides[ours])]
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override an AtariPPOArgs field (passed to CleanRL too where it has the setting)")
     parser.add_argument("--impl", choices=("solutions", "exercises"), default="solutions")
+    parser.add_argument("--device", default=None, help="where the networks run: cpu (default) or cuda (both sides)")
     parser.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     options = parser.parse_args(argv)
     require_positive("--budget-s", options.budget_s)
@@ -121,12 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         raise ConfigError("--env", problem)
     module = importlib.import_module(f"{options.impl}.part8_atari")
-    overrides = parse_overrides(options.set, module.AtariPPOArgs) | {"total_timesteps": options.total_timesteps}
+    overrides = (parse_overrides(options.set, module.AtariPPOArgs) | device_setting(options.device)
+                 | {"total_timesteps": options.total_timesteps})
     try:
         config = module.AtariPPOArgs(**(overrides | {"env_id": options.env}))
     except ValueError as error:
         raise ConfigError("--set", str(error)) from None
-    unmatched = sorted(k for k in parse_overrides(options.set, module.AtariPPOArgs) if k not in CLEANRL_FIELDS)
+    unmatched = sorted(k for k in parse_overrides(options.set, module.AtariPPOArgs)
+                       if k not in CLEANRL_FIELDS and k != "device")
     if unmatched and options.which == "both":
         raise ConfigError("--set", f"CleanRL's script has no setting for {', '.join(unmatched)}: "
                                    "use --which ours to change it")

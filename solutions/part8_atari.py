@@ -79,11 +79,20 @@ class AtariPPOArgs(PPOArgs):
     """Train on the sign of each reward: one scale of advantages for every game."""
     frame_stack: int = 4
     """Frames stacked into one observation: one frame shows where the ball is, not where it goes."""
+    device: str = "cpu"
+    """Where the network runs: cpu, or cuda (the emulators, the rollout and the memory stay on the CPU)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.frame_stack, int) or self.frame_stack <= 0:
             raise ValueError(f"frame_stack must be a positive integer, got {self.frame_stack!r}")
+        try:
+            device = torch.device(self.device)
+        except RuntimeError:
+            raise ValueError(f"device must be cpu or cuda (or cuda:N), got {self.device!r}") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device is {self.device!r} but this machine has no CUDA GPU (torch.cuda.is_available() "
+                             "is False)")
 
 
 # --- the network -------------------------------------------------------------------------------
@@ -186,6 +195,32 @@ class CriticView(nn.Module):
 
     def forward(self, obs: Tensor) -> Tensor:
         return self.network.value(obs)
+
+
+class OnDevice(nn.Module):
+    """The network on another device (a GPU), called with CPU tensors and returning CPU tensors (given).
+
+    Parts 1–2 keep everything on the CPU: the emulators take and give numpy arrays, and the replay
+    memory holds CPU tensors. Only the network moves: each call sends its input to ``device``
+    and brings the outputs back, and autograd follows both copies, so the learning phase's
+    backward reaches the parameters on the GPU. The convolutions are nearly all of the compute;
+    what crosses the bus is a batch of pixels one way and a few numbers per sample the other.
+    """
+
+    def __init__(self, network: NatureCNN, device: str | torch.device) -> None:
+        super().__init__()
+        self.device = torch.device(device)
+        self.network = network.to(self.device)
+
+    def forward(self, obs: Tensor) -> Tensor:
+        return self.network(obs.to(self.device)).cpu()
+
+    def value(self, obs: Tensor) -> Tensor:
+        return self.network.value(obs.to(self.device)).cpu()
+
+    def logits_and_value(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        logits, values = self.network.logits_and_value(obs.to(self.device))
+        return logits.cpu(), values.cpu()
 
 
 # --- episodic life -------------------------------------------------------------------------------
@@ -300,8 +335,9 @@ def compute_atari_objective(network: NatureCNN, critic: nn.Module, minibatch: Re
 class AtariPPOTrainer(PPOTrainer):
     """Part 2's trainer (its rollout phase and ``train``) with a NatureCNN, Atari games and this part's objective.
 
-    The rollout is Part 2's ``PPOAgent`` unchanged: ``actor`` is the network (logits), ``critic``
-    its :class:`CriticView`; observations are stored as float32 pixels (0–255), the network scales them.
+    The rollout is Part 2's ``PPOAgent`` unchanged: ``actor`` is the network (logits) — wrapped in
+    :class:`OnDevice` when ``args.device`` is not the CPU — and ``critic`` its :class:`CriticView`;
+    observations are stored as float32 pixels (0–255), the network scales them.
     """
 
     def __init__(self, args: AtariPPOArgs, envs: gym.vector.VectorEnv | None = None) -> None:
@@ -319,7 +355,9 @@ class AtariPPOTrainer(PPOTrainer):
             raise ValueError(f"{args.env_id} gives observations of shape {obs_shape} and actions {action_space}; "
                              f"Part 8 needs ({args.frame_stack}, 84, 84) stacked frames and Discrete actions")
         self.network = NatureCNN(int(action_space.n), args.frame_stack)
-        self.actor, self.critic = self.network, CriticView(self.network)
+        on_cpu = torch.device(args.device).type == "cpu"
+        self.actor = self.network if on_cpu else OnDevice(self.network, args.device)
+        self.critic = CriticView(self.actor)
         self.optimizer, self.scheduler = make_optimizer(self.actor, self.critic, args.total_phases,
                                                         args.learning_rate, args.end_learning_rate)
         self.memory = ReplayMemory()
@@ -335,4 +373,4 @@ class AtariPPOTrainer(PPOTrainer):
     def state_dict(self) -> dict:
         from dataclasses import asdict
 
-        return {"network": self.network.state_dict(), "args": asdict(self.args)}
+        return {"network": {k: v.cpu() for k, v in self.network.state_dict().items()}, "args": asdict(self.args)}

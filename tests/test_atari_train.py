@@ -27,6 +27,7 @@ BAD = [
     (["--set", "frame_stack=0"], "--set", "frame_stack must be a positive integer"),
     (["--set", "num_minibatches=3"], "num_minibatches", "does not divide"),
     (["--set", "episodic_life=maybe"], "episodic_life", "expected bool"),
+    (["--device", "tpu9"], "--device", "expected cpu or cuda"),
 ]
 
 

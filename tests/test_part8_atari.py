@@ -386,3 +386,26 @@ def test_trainer_shares_the_trunk_and_lists_each_parameter_once(ref):
     assert all(np.isfinite(v) for k, v in reports[0].stats.items() if k != "explained_variance")
     data = trainer.memory.stacked()
     assert data["obs"].shape == (8, 2, 4, 84, 84) and data["obs"].max() <= 255 and data["obs"].max() > 1
+
+
+def test_on_device_gives_the_same_numbers_and_gradients(ref):
+    # OnDevice moves inputs to the network's device and outputs back; on the CPU it must change nothing.
+    torch.manual_seed(0)
+    network = ref.NatureCNN(4, 4)
+    minibatch = make_minibatch(ref, network, 0)
+    results = []
+    for net in (network, ref.OnDevice(network, "cpu")):
+        network.zero_grad(set_to_none=True)
+        objective = ref.compute_atari_objective(net, ref.CriticView(net), minibatch, ref.AtariPPOArgs())
+        objective.backward()
+        results.append((objective.detach(), grads(network)))
+    assert list(ref.OnDevice(network, "cpu").parameters()) == list(network.parameters())
+    assert compare(results[1], results[0], rtol=1e-6, atol=1e-7) is None
+
+
+def test_atari_args_reject_a_missing_device(ref, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        ref.AtariPPOArgs(device="cuda")
+    with pytest.raises(ValueError, match="device must be cpu or cuda"):
+        ref.AtariPPOArgs(device="tpu9")

@@ -58,12 +58,31 @@ def atari_trainer(module: Any, args: Any) -> Any:
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", default="BreakoutNoFrameskip-v4", metavar="ENV_ID",
                         help="an ALE game, e.g. BreakoutNoFrameskip-v4 (default), ALE/Breakout-v5, ALE/Pong-v5")
+    parser.add_argument("--device", default=None, help="where the network runs: cpu (default) or cuda; the "
+                                                       "emulators and the rollout stay on the CPU")
 
 
 def check_env(env_id: str) -> None:
     problem = check_atari_env(env_id)
     if problem:
         raise ConfigError("--env", problem)
+
+
+def device_setting(device: str | None) -> dict:
+    """``{"device": device}`` once it names a device this machine has (ConfigError otherwise); {} for None."""
+    if device is None:
+        return {}
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise ConfigError("--device", f"expected cpu or cuda (or cuda:N), got {device!r}") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device", f"{device!r} asked for, but this machine has no CUDA GPU")
+    if kind not in ("cpu", "cuda"):
+        raise ConfigError("--device", f"expected cpu or cuda (or cuda:N), got {device!r}")
+    return {"device": device}
 
 
 def _life(module: Any, trainer: Any):
@@ -75,18 +94,18 @@ ATARI = Task(
     description="Train the Part 8 Nature-CNN PPO agent on an Atari game (the real ALE; ROMs ship with ale-py).",
     make_trainer=atari_trainer,
     evaluate=lambda module, trainer, episodes, seed: evaluate_atari(
-        trainer.network, trainer.args.env_id, episodes, seed, episodic_life=_life(module, trainer),
+        trainer.actor, trainer.args.env_id, episodes, seed, episodic_life=_life(module, trainer),
         frame_stack=trainer.args.frame_stack),
     solved_return=solved_return,
     checkpoint=lambda trainer: trainer.state_dict(),
     greedy_action=lambda module, trainer: None,
     check_env=check_env,
     add_options=add_options,
-    overrides=lambda options: {"env_id": options.env},
+    overrides=lambda options: {"env_id": options.env} | device_setting(options.device),
     ylim=None,
     run_prefix=lambda args: game_name(args.env_id).lower(),
     video=lambda module, trainer, folder, seed: record_atari_video(
-        trainer.network, trainer.args.env_id, folder, seed, episodic_life=_life(module, trainer),
+        trainer.actor, trainer.args.env_id, folder, seed, episodic_life=_life(module, trainer),
         frame_stack=trainer.args.frame_stack),
     eval_label="sampled-action evaluation",
 )
