@@ -209,6 +209,41 @@ class OnDevice(nn.Module):
         return logits.cpu(), values.cpu()
 
 
+class OnePass(nn.Module):
+    """The actor for Part 2's code: ``actor(obs)`` gives the logits, and without gradients it keeps the values (given).
+
+    Part 2's rollout (``PPOAgent.play_step``) and ``learning_stats`` ask the actor and then the
+    critic about the *same* observation tensor, with gradients off. With a shared trunk that would
+    run the convolutions twice for one answer; so when gradients are off, ``actor(obs)`` runs
+    ``logits_and_value`` once and keeps the values, and ``actor.value(obs)`` (the
+    :class:`CriticView`) hands them over if asked about that very tensor, unchanged since. With
+    gradients on (the learning phase), nothing is kept: ``compute_atari_objective`` calls
+    ``logits_and_value`` itself.
+    """
+
+    def __init__(self, network: nn.Module) -> None:
+        super().__init__()
+        self.network = network
+        self._kept: tuple[Tensor, int, Tensor] | None = None
+
+    def forward(self, obs: Tensor) -> Tensor:
+        if torch.is_grad_enabled():
+            self._kept = None
+            return self.network(obs)
+        logits, values = self.network.logits_and_value(obs)
+        self._kept = (obs, obs._version, values)
+        return logits
+
+    def value(self, obs: Tensor) -> Tensor:
+        kept, self._kept = self._kept, None
+        if kept is not None and not torch.is_grad_enabled() and kept[0] is obs and kept[1] == obs._version:
+            return kept[2]
+        return self.network.value(obs)
+
+    def logits_and_value(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        return self.network.logits_and_value(obs)
+
+
 # --- episodic life -------------------------------------------------------------------------------
 
 class EpisodicLife(gym.Wrapper):
@@ -302,9 +337,9 @@ def compute_atari_objective(network: NatureCNN, critic: nn.Module, minibatch: Re
 class AtariPPOTrainer(PPOTrainer):
     """Part 2's trainer (its rollout phase and ``train``) with a NatureCNN, Atari games and this part's objective.
 
-    The rollout is Part 2's ``PPOAgent`` unchanged: ``actor`` is the network (logits) — wrapped in
-    :class:`OnDevice` when ``args.device`` is not the CPU — and ``critic`` its :class:`CriticView`;
-    observations are stored as float32 pixels (0–255), the network scales them.
+    The rollout is Part 2's ``PPOAgent`` unchanged: ``actor`` is the network (logits) in a
+    :class:`OnePass` (and an :class:`OnDevice` when ``args.device`` is not the CPU), ``critic`` its
+    :class:`CriticView`; observations are stored as float32 pixels (0–255), the network scales them.
     """
 
     def __init__(self, args: AtariPPOArgs, envs: gym.vector.VectorEnv | None = None) -> None:
@@ -323,7 +358,7 @@ class AtariPPOTrainer(PPOTrainer):
                              f"Part 8 needs ({args.frame_stack}, 84, 84) stacked frames and Discrete actions")
         self.network = NatureCNN(int(action_space.n), args.frame_stack)
         on_cpu = torch.device(args.device).type == "cpu"
-        self.actor = self.network if on_cpu else OnDevice(self.network, args.device)
+        self.actor = OnePass(self.network if on_cpu else OnDevice(self.network, args.device))
         self.critic = CriticView(self.actor)
         self.optimizer, self.scheduler = make_optimizer(self.actor, self.critic, args.total_phases,
                                                         args.learning_rate, args.end_learning_rate)

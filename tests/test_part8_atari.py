@@ -409,3 +409,30 @@ def test_atari_args_reject_a_missing_device(ref, monkeypatch):
         ref.AtariPPOArgs(device="cuda")
     with pytest.raises(ValueError, match="device must be cpu or cuda"):
         ref.AtariPPOArgs(device="tpu9")
+
+
+def test_one_pass_answers_the_critic_from_the_actors_pass_only_without_gradients(ref):
+    torch.manual_seed(0)
+    network = ref.NatureCNN(4, 4)
+    actor = ref.OnePass(network)
+    critic = ref.CriticView(actor)
+    runs = []
+    handle = network.trunk.register_forward_hook(lambda *args: runs.append(1))
+    obs, other = pixels(3, 4, seed=1), pixels(3, 4, seed=2)
+    try:
+        with torch.no_grad():
+            logits, values = actor(obs), critic(obs)
+            assert len(runs) == 1  # one trunk pass for both
+            assert torch.equal(logits, network(obs)) and torch.equal(values, network.value(obs))
+            runs.clear()
+            actor(obs)
+            assert torch.equal(critic(other), network.value(other))  # another tensor: computed afresh
+            actor(obs)
+            obs.add_(1.0)  # changed in place since the actor saw it: computed afresh
+            assert torch.equal(critic(obs), network.value(obs))
+        runs.clear()
+        actor(obs)
+        critic(obs).sum().backward()  # with gradients nothing is kept: the value has its own graph
+        assert len(runs) == 2 and network.critic_head.weight.grad is not None
+    finally:
+        handle.remove()
