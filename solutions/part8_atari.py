@@ -150,9 +150,9 @@ class NatureCNN(nn.Module):
         """The trunk's output for pixel observations (uint8 or float, values 0–255).
 
         Scale to [0, 1] here, inside the network: ``obs / 255.0`` (which also turns uint8 into
-        float), then the trunk. Why inside: the rollout stores raw pixels (a quarter of the
-        memory as uint8, and nothing to forget at evaluation), and every caller — rollout,
-        learning phase, evaluation, video — gets the same scaling for free.
+        float), then the trunk. Why inside: everything else — the emulator, the memory, the
+        evaluation, the video — handles raw pixels, and every caller of the network gets the
+        same scaling without a chance to forget it.
 
         Trap: unscaled pixels of 0–255 make the first layer's outputs ~100× too large; the
         ReLU trunk still runs, but the orthogonal init's careful scales are gone and the
@@ -186,7 +186,7 @@ class CriticView(nn.Module):
     — for the optimizer, the gradient clip and the data-parallel gradient averaging. With a
     shared trunk, a critic that *registered* the network would list every trunk parameter
     twice: Adam would step it twice per minibatch and the clip would count it twice. So the
-    network is the actor, and the critic is this view of it, which owns nothing.
+    actor holds the network, and the critic is this view of it, which owns nothing.
     """
 
     def __init__(self, network: NatureCNN) -> None:
@@ -245,14 +245,19 @@ class OnePass(nn.Module):
             self._kept = None
             return self.network(obs)
         logits, values = self.network.logits_and_value(obs)
-        self._kept = (obs, obs._version, values)
+        self._kept = (obs, self._version(obs), values)
         return logits
 
     def value(self, obs: Tensor) -> Tensor:
         kept, self._kept = self._kept, None
-        if kept is not None and not torch.is_grad_enabled() and kept[0] is obs and kept[1] == obs._version:
+        if kept is not None and not torch.is_grad_enabled() and kept[0] is obs and kept[1] == self._version(obs):
             return kept[2]
         return self.network.value(obs)
+
+    @staticmethod
+    def _version(obs: Tensor) -> int:
+        """How often ``obs`` was changed in place (inference tensors keep no count: −1)."""
+        return -1 if obs.is_inference() else obs._version
 
     def logits_and_value(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         return self.network.logits_and_value(obs)

@@ -429,6 +429,11 @@ def test_one_pass_answers_the_critic_from_the_actors_pass_only_without_gradients
             actor(obs)
             obs.add_(1.0)  # changed in place since the actor saw it: computed afresh
             assert torch.equal(critic(obs), network.value(obs))
+        with torch.inference_mode():  # the evaluation's tensors: inference tensors, which keep no version count
+            inference_obs = pixels(3, 4, seed=3)
+            runs.clear()
+            assert torch.equal(actor(inference_obs), network(inference_obs))
+            assert torch.equal(critic(inference_obs), network.value(inference_obs)) and len(runs) == 3
         runs.clear()
         actor(obs)
         critic(obs).sum().backward()  # with gradients nothing is kept: the value has its own graph
