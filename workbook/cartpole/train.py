@@ -272,8 +272,9 @@ def train_one(module, options: argparse.Namespace, args, run_name: str, task: Ta
 
     torch.save(task.checkpoint(trainer) | {"args": dataclasses.asdict(args), "eval_returns": returns.tolist()},
                run_dir / "agent.pt")
+    label = task.eval_label.replace("evaluation", "eval")
     plot_learning_curve(episodes, run_dir / "learning_curve.png",
-                        f"PPO on {args.env_id} ({options.impl}, seed {seed}): {task.eval_label.replace('evaluation', 'eval')} {returns.mean():.0f}",
+                        f"PPO on {args.env_id} ({options.impl}, seed {seed}): {label} {returns.mean():.0f}",
                         solved_return, task.ylim)
     video = None
     if options.video and task.video is not None:
