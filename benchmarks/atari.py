@@ -6,7 +6,7 @@
 
 For each seed, each contender trains for the same wall-clock budget (``--budget-s``, counted from
 the first step: imports, env creation and network construction excluded, as CleanRL's own
-``start_time`` does) with the same settings — CleanRL's ``ppo_atari.py`` defaults, 8 games × 128 steps,
+``start_time`` does; both stop at the first phase boundary past it) with the same settings — CleanRL's ``ppo_atari.py`` defaults, 8 games × 128 steps,
 ``--total-timesteps`` (the horizon the learning rate decays over) identical on both sides:
 
     ours     the reference solutions/part8_atari.py (Part 2's trainer, gymnasium's preprocessing), in this process
