@@ -78,6 +78,10 @@ class Task:
     """How ``--help`` describes that prefix."""
     video_modules: tuple[str, ...] = ("moviepy", "pygame")
     """What ``--video`` needs installed (checked before training): moviepy writes the MP4, pygame draws classic control."""
+    video: Callable[[Any, Any, Path, int], Path | None] | None = None
+    """(module, trainer, folder, seed) → the MP4 of one episode, for tasks that film their own way (Atari)."""
+    eval_label: str = "greedy evaluation"
+    """How the final evaluation picks its actions, as the summary line says it."""
 
 
 def parse_args(argv: list[str] | None, ppo_args: type, task: Task | None = None) -> argparse.Namespace:
@@ -99,7 +103,7 @@ def parse_args(argv: list[str] | None, ppo_args: type, task: Task | None = None)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run of the same name (default: refuse)")
     parser.add_argument("--video", action="store_true",
                         help=f"record one greedy episode (needs {' and '.join(task.video_modules)}: pip install -e '.[video]')")
-    parser.add_argument("--eval-episodes", type=int, default=20, help="greedy evaluation episodes at the end (≥ 1)")
+    parser.add_argument("--eval-episodes", type=int, default=20, help="evaluation episodes at the end (≥ 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
     args = parser.parse_args(argv)
     args.overrides = task.overrides(args) | parse_overrides(args.set, ppo_args)
@@ -266,17 +270,21 @@ def train_one(module, options: argparse.Namespace, args, run_name: str, task: Ta
     returns = task.evaluate(module, trainer, options.eval_episodes, 10_000 + seed)
     solved_return = task.solved_return(args.env_id)
     solved = bool(returns.mean() >= solved_return)
-    print(f"greedy evaluation over {len(returns)} episodes: mean {returns.mean():.1f} ± {returns.std():.1f} "
+    print(f"{task.eval_label} over {len(returns)} episodes: mean {returns.mean():.1f} ± {returns.std():.1f} "
           f"(min {returns.min():.0f}) — {'SOLVED' if solved else 'not solved'} "
           f"after {steps_done} steps in {train_seconds:.1f} s", flush=True)
 
     torch.save(task.checkpoint(trainer) | {"args": dataclasses.asdict(args), "eval_returns": returns.tolist()},
                run_dir / "agent.pt")
+    label = task.eval_label.replace("evaluation", "eval")
     plot_learning_curve(episodes, run_dir / "learning_curve.png",
-                        f"PPO on {args.env_id} ({options.impl}, seed {seed}): greedy eval {returns.mean():.0f}",
+                        f"PPO on {args.env_id} ({options.impl}, seed {seed}): {label} {returns.mean():.0f}",
                         solved_return, task.ylim, sigma)
-    video = (record_video(trainer.actor, args.env_id, run_dir / "video", seed, task.greedy_action(module, trainer))
-             if options.video else None)
+    video = None
+    if options.video and task.video is not None:
+        video = task.video(module, trainer, run_dir / "video", seed)
+    elif options.video:
+        video = record_video(trainer.actor, args.env_id, run_dir / "video", seed, task.greedy_action(module, trainer))
     if run is not None:
         run.summary.update({"eval/mean_return": float(returns.mean()), "eval/solved": solved,
                             "train_seconds": train_seconds})
