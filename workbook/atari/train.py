@@ -16,7 +16,7 @@ policy's score (8.5), Pong at ≥ 0. The exit status is 0 when every seed got th
 
 On a CPU a step costs a few milliseconds (the emulator and the convolutions): set
 ``total_timesteps`` to what fits your time — the learning rate decays to 0 over exactly that
-many steps. The full 10M-step run is a GPU job (docs/benchmarks/atari.md).
+many steps. The full 10M-step run is a GPU job (docs/atari.md).
 """
 
 from __future__ import annotations
