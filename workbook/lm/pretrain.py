@@ -255,7 +255,16 @@ def checkpoint_path(args: PretrainArgs) -> Path:
 def load_or_pretrain(args: PretrainArgs | None = None, *, progress: bool = True) -> tuple[GPT, CharTokenizer]:
     """The pretrained model for `args` (default: PretrainArgs()): from the cache if there, else trained now and cached."""
     args = PretrainArgs() if args is None else args
-    path = checkpoint_path(args)
+
+    def train() -> tuple[GPT, CharTokenizer, dict]:
+        model, tok, stats = pretrain(args, progress=progress)
+        return model, tok, {"args": _plain_args(args), "stats": stats}
+
+    return cached_model(checkpoint_path(args), train, "the review model", progress=progress)
+
+
+def cached_model(path: Path, train, what: str, *, progress: bool = True) -> tuple[GPT, CharTokenizer]:
+    """The checkpoint at ``path``, or ``train() -> (model, tok, extra)`` run once and saved there (with ``extra``)."""
     if path.exists():
         try:
             model, tok, _ = load_checkpoint(path)
@@ -263,9 +272,9 @@ def load_or_pretrain(args: PretrainArgs | None = None, *, progress: bool = True)
         except Exception as e:  # a corrupt or foreign file: retrain rather than fail
             print(f"ignoring unreadable checkpoint {path}: {e}", file=sys.stderr)
     if progress:
-        print(f"pretraining the review model (once; cached at {path})", flush=True)
-    model, tok, stats = pretrain(args, progress=progress)
-    save_checkpoint(path, model, tok, extra={"args": _plain_args(args), "stats": stats})
+        print(f"pretraining {what} (once; cached at {path})", flush=True)
+    model, tok, extra = train()
+    save_checkpoint(path, model, tok, extra=extra)
     return model, tok
 
 

@@ -14,14 +14,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
-from workbook.lm.model import GPT, load_checkpoint, save_checkpoint
-from workbook.lm.pretrain import PretrainArgs, pretrain
+from workbook.lm.model import GPT
+from workbook.lm.pretrain import PretrainArgs, cached_model, pretrain
 from workbook.lm.tokenizer import CharTokenizer, pad_batch
 from workbook.reason.task import ALPHABET, CORPUS_SLIP, Problem, _check_task, corpus_texts
 
@@ -75,19 +74,13 @@ def load_or_pretrain_reasoner(task: str, args: PretrainArgs | None = None, *, pr
     """The base model of ``task``: from the cache if there, else pretrained now and cached."""
     _check_task(task)
     args = REASONER_ARGS[task] if args is None else dataclasses.replace(args)
-    path = reasoner_checkpoint_path(task, args)
-    if path.exists():
-        try:
-            model, tok, _ = load_checkpoint(path)
-            return model, tok
-        except Exception as e:  # a corrupt or foreign file: retrain rather than fail
-            print(f"ignoring unreadable checkpoint {path}: {e}", file=sys.stderr)
-    if progress:
-        print(f"pretraining the {task} model (once; cached at {path})", flush=True)
-    model, tok, stats = pretrain_reasoner(task, args, progress=progress)
-    plain = {k: v for k, v in dataclasses.asdict(args).items() if k != "cache_dir"}
-    save_checkpoint(path, model, tok, extra={"task": task, "args": plain, "stats": stats})
-    return model, tok
+
+    def train() -> tuple[GPT, CharTokenizer, dict]:
+        model, tok, stats = pretrain_reasoner(task, args, progress=progress)
+        plain = {k: v for k, v in dataclasses.asdict(args).items() if k != "cache_dir"}
+        return model, tok, {"task": task, "args": plain, "stats": stats}
+
+    return cached_model(reasoner_checkpoint_path(task, args), train, f"the {task} model", progress=progress)
 
 
 @torch.no_grad()
