@@ -1,0 +1,173 @@
+"""``python -m workbook evaluate RUN_DIR``: evaluate, and watch, an agent a training command saved.
+
+    python -m workbook evaluate runs/cartpole-solutions-seed1-20260101-120000
+    python -m workbook evaluate runs/hopper-solutions-seed1-... --episodes 100 --sample --seed 7
+    python -m workbook evaluate runs/invertedpendulum-... --video --wandb offline
+
+It reads the run's ``agent.pt`` (or, for a run that was interrupted, its ``checkpoint.pt``),
+rebuilds the agent from the arguments saved with it, and plays ``--episodes`` episodes side by
+side. Part 4 agents see their observations through the normaliser saved with them, frozen:
+without those statistics a reloaded agent gets inputs on the wrong scale and acts like a random
+one. ``--greedy`` (the default) takes the most likely action (Part 4: the mean), ``--sample``
+draws from the policy as in training. With no ``--seed`` and ``--episodes`` the evaluation is
+the one the training run ended with, so it prints the same figure. ``--video`` records one
+episode as MP4 under ``RUN_DIR/video/`` (gymnasium's RecordVideo; needs moviepy and pygame) and
+with ``--wandb offline|online`` also logs it, with the figures, to a new wandb run in RUN_DIR.
+Nothing is written without ``--video`` or ``--wandb``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from workbook.checkpoints import CHECKPOINT, load_run
+from workbook.cli import make_parser, require_at_least
+from workbook.runs import WANDB_MODES, ConfigError, check_can_create, command, start_wandb
+
+ENV_COMMANDS = ("cartpole", "continuous")
+
+
+def _task(name: str):
+    if name == "cartpole":
+        from workbook.cartpole.train import CARTPOLE
+
+        return CARTPOLE
+    os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering for --video
+    from workbook.continuous.train import CONTINUOUS
+
+    return CONTINUOUS
+
+
+def policy(task_name: str, module: Any, trainer: Any, sample: bool) -> Callable[[torch.Tensor], np.ndarray]:
+    """Observation batch → actions: the greedy action (what training evaluates) or a sample from the policy."""
+    actor = trainer.actor
+    if task_name == "cartpole":
+        if sample:
+            return lambda obs: torch.distributions.Categorical(logits=actor(obs)).sample().numpy()
+        return lambda obs: actor(obs).argmax(-1).numpy()
+    from workbook.continuous.evaluate import _action_space, greedy_policy
+
+    if not sample:
+        return greedy_policy(actor, trainer.obs_normalizer, module.clip_action, trainer.args.env_id)
+    space = _action_space(trainer.args.env_id)
+    low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+    return lambda obs: module.clip_action(actor.dist(trainer.obs_normalizer(obs, update=False)).sample(), low, high)
+
+
+def load_agent(state: dict, impl: str | None) -> tuple[Any, Any, Any, str]:
+    """(task, module, trainer with the saved weights and normalisers, impl) from an agent.pt or checkpoint.pt."""
+    task = _task(state["command"])
+    impl = impl or state["impl"]
+    module = importlib.import_module(f"{impl}.{task.part}")
+    try:
+        args = getattr(module, task.args_class)(**state["args"])
+    except (TypeError, ValueError) as error:
+        raise ConfigError("RUN_DIR", f"its saved settings do not fit {impl}/{task.part}.py ({error})") from None
+    try:
+        trainer = module.ContinuousPPOTrainer(args) if task.name == "continuous" else module.PPOTrainer(args)
+    except NotImplementedError:
+        raise ConfigError("--impl", f"{impl}/{task.part}.py still has unfinished exercises (pytest "
+                                    f"tests/test_{task.part}.py shows which); or pass --impl solutions") from None
+    weights = state["trainer"] if "trainer" in state else state
+    try:
+        trainer.actor.load_state_dict(weights["actor"])
+        trainer.critic.load_state_dict(weights["critic"])
+        if "obs_normalizer" in weights:
+            trainer.obs_normalizer.load_state_dict(weights["obs_normalizer"])
+    except (KeyError, RuntimeError) as error:
+        raise ConfigError("RUN_DIR", f"its weights do not fit the agent ({type(error).__name__}: "
+                                     f"{str(error).splitlines()[0][:160]})") from None
+    trainer.envs.close()  # the trainer's own environments are not used: evaluation makes its own
+    return task, module, trainer, impl
+
+
+@command
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser("python -m workbook evaluate", __doc__.split("\n\n")[0].split(": ", 1)[1])
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by `python -m workbook cartpole|continuous`")
+    parser.add_argument("--episodes", type=int, default=None,
+                        help="episodes to play, side by side (default: as many as the run's final evaluation)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--greedy", dest="sample", action="store_false", default=False,
+                      help="the most likely action, Part 4's mean action (default; what training evaluates)")
+    mode.add_argument("--sample", dest="sample", action="store_true", help="actions sampled from the policy")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the episodes (default: the run's evaluation seed, 10000 + its seed)")
+    parser.add_argument("--impl", choices=("exercises", "solutions"), default=None,
+                        help="whose code rebuilds the agent (default: the one the run was trained with)")
+    parser.add_argument("--video", action="store_true",
+                        help="record one episode as MP4 under RUN_DIR/video/ (needs moviepy and pygame)")
+    parser.add_argument("--wandb", choices=WANDB_MODES, default="disabled",
+                        help="log the figures (and the video) to a new wandb run in RUN_DIR (default: disabled)")
+    parser.add_argument("--wandb-project", default="ppo-rlhf-workbook")
+    options = parser.parse_args(argv)
+    if options.episodes is not None:
+        require_at_least("--episodes", options.episodes, 1)
+    run_dir = Path(options.run_dir)
+    state = load_run(run_dir, "RUN_DIR", ENV_COMMANDS, files=("agent.pt", CHECKPOINT))
+    if options.video or options.wandb != "disabled":
+        check_can_create(run_dir / "video", "RUN_DIR")
+    torch.set_num_threads(1)
+    torch.distributions.Distribution.set_default_validate_args(False)
+    task, module, trainer, impl = load_agent(state, options.impl)
+    args = trainer.args
+    saved_returns = state.get("eval_returns")
+    episodes = options.episodes or (len(saved_returns) if saved_returns else 20)
+    seed = options.seed if options.seed is not None else state.get("eval_seed", 10_000 + args.seed)
+
+    from workbook.cartpole.evaluate import evaluate_greedy
+
+    act = policy(task.name, module, trainer, options.sample)
+    torch.manual_seed(seed)  # --sample draws from torch's generator
+    lengths: list[int] = []
+    returns = evaluate_greedy(trainer.actor, args.env_id, episodes, seed, act=act, lengths=lengths)
+    lengths_arr = np.array(lengths, dtype=float)
+    what = "sampled actions" if options.sample else "greedy"
+    source = ("agent.pt" if "trainer" not in state else
+              f"{CHECKPOINT} of update {state['trainer']['phase']} (the run did not finish)")
+    print(f"{args.env_id} agent from {run_dir}/{source} ({impl}, {state['global_step']} training steps)")
+    print(f"{what} over {episodes} episodes (seed {seed}): return {returns.mean():.1f} ± {returns.std():.1f} "
+          f"(min {returns.min():.1f}, max {returns.max():.1f}), length {lengths_arr.mean():.1f} ± {lengths_arr.std():.1f}",
+          flush=True)
+    if saved_returns and not options.sample and episodes == len(saved_returns) and seed == state.get("eval_seed"):
+        same = np.allclose(returns, saved_returns)
+        print(f"the training run's final evaluation (same episodes): {np.mean(saved_returns):.1f} — "
+              + ("reproduced" if same else "DIFFERENT (was the agent rebuilt with other code? see --impl)"))
+
+    video = None
+    if options.video:
+        from workbook.cartpole.train import record_video
+
+        one = lambda obs: act(obs[None])[0]  # noqa: E731 (RecordVideo steps one environment)
+        act_one = (lambda obs: int(one(obs))) if task.name == "cartpole" else one
+        video = record_video(trainer.actor, args.env_id, run_dir / "video" / f"evaluate-{time.strftime('%Y%m%d-%H%M%S')}",
+                             seed, act_one)
+        if video is not None:
+            print(f"video: {video}")
+    if options.wandb != "disabled":
+        run = start_wandb(options.wandb, project=options.wandb_project, run_name=f"{run_dir.name}-evaluate",
+                          run_dir=run_dir, config=dataclasses.asdict(args) | {
+                              "impl": impl, "episodes": episodes, "seed": seed, "sample": options.sample})
+        if run is not None:
+            record = {"eval/mean_return": float(returns.mean()), "eval/std_return": float(returns.std()),
+                      "eval/mean_length": float(lengths_arr.mean())}
+            if video is not None:
+                import wandb
+
+                record["video"] = wandb.Video(str(video), format="mp4")
+            run.log(record)
+            run.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
