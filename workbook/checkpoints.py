@@ -315,30 +315,28 @@ def env_trainer_state(trainer: Any) -> dict:
     return copy.deepcopy(state)
 
 
-def scheduled_lr(initial_lr: float, end_lr: float, total_phases: int, phase: int) -> float:
-    """The learning rate Part 1's linear schedule gives after ``phase`` learning phases."""
-    return initial_lr + (phase / total_phases) * (end_lr - initial_lr)
-
-
 def restore_env_trainer(trainer: Any, state: dict, episode_seed: int) -> None:
     """Load :func:`env_trainer_state` into a freshly built trainer and start new episodes.
 
     The learning-rate schedule continues where it was: the scheduler has taken ``phase`` steps
-    and the optimizer's rate is the schedule's value there — computed with the trainer's own
-    ``args.learning_rate``, so a resume that lowers it (after a NaN) continues the same linear
-    schedule from the lower start. The environments are reset with ``episode_seed``, the first
-    observation goes through the restored normaliser (which counts it, as a fresh run counts
-    its first one), and the reward scaler's running returns start at zero with the episodes.
+    and the optimizer's rate is the schedule's value there — the trainer's own scheduler
+    (built with its ``args.learning_rate``) writes it, so a resume that lowers the rate (after
+    a NaN) continues the same linear schedule from the lower start. The environments are reset
+    with ``episode_seed``; the first observation is normalised with the restored statistics
+    without being counted (they continue exactly as saved), and the reward scaler's running
+    returns start at zero with the new episodes.
     """
     trainer.actor.load_state_dict(state["actor"])
     trainer.critic.load_state_dict(state["critic"])
-    trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.optimizer.load_state_dict(state["optimizer"])  # Adam's moments and step counts (and the old rate)
     trainer.phase = state["phase"]
-    trainer.scheduler.n_step_calls = state["scheduler_steps"]
-    args = trainer.args
-    lr = scheduled_lr(args.learning_rate, args.end_learning_rate, args.total_phases, state["scheduler_steps"])
-    for group in trainer.optimizer.param_groups:
-        group["lr"] = lr
+    steps = state["scheduler_steps"]
+    if steps == 0:
+        for group in trainer.optimizer.param_groups:
+            group["lr"] = trainer.args.learning_rate
+    else:  # the schedule's own formula sets the rate after `steps` phases
+        trainer.scheduler.n_step_calls = steps - 1
+        trainer.scheduler.step()
     normalizer = getattr(trainer, "obs_normalizer", None)
     if normalizer is not None:
         normalizer.load_state_dict(state["obs_normalizer"])
@@ -349,7 +347,7 @@ def restore_env_trainer(trainer: Any, state: dict, episode_seed: int) -> None:
     agent = trainer.agent
     obs, _ = agent.envs.reset(seed=episode_seed)
     obs = torch.as_tensor(obs, dtype=torch.float32)
-    agent.next_obs = normalizer(obs) if normalizer is not None else obs
+    agent.next_obs = normalizer(obs, update=False) if normalizer is not None else obs
     agent.next_done = torch.zeros(agent.envs.num_envs, dtype=torch.bool)
     agent.step = state["agent_step"]
     set_rng_state(state["rng"], trainer.rng)
