@@ -253,6 +253,20 @@ def train_one(module, options: argparse.Namespace, args, run_name: str, task: Ta
             trainer.train(lambda report: set_shape_checks(False) and False)
             status = ctx.gather(None)[0]
         return {"seed": seed, "solved": status == "solved", "status": status}
+    with StopSignals() as stop:  # from here on, Ctrl-C is noted and acted on after the update in progress
+        try:
+            return _train_main_rank(module, options, args, run_name, task, resume, stop)
+        except Abandoned:  # a second Ctrl-C before the first update finished
+            print(f"{task.name}: stopped before the first update finished; nothing to save", flush=True)
+            return {"seed": seed, "solved": False, "status": "interrupted"}
+
+
+def _train_main_rank(module, options: argparse.Namespace, args, run_name: str, task: Task, resume: dict | None,
+                     stop: StopSignals) -> dict:
+    """:func:`train_one` on rank 0 (or in a single process): everything that writes the run folder."""
+    seed = args.seed
+    ctx = distributed.context()
+    start_phase = resume["trainer"]["phase"] if resume else 0
     run_dir = Path(options.resume) if resume else Path(options.runs_dir) / run_name
     print(f"== seed {seed}: {run_dir}{f' (resuming at update {start_phase})' if resume else ''} ==", flush=True)
     trainer = task.make_trainer(module, args)  # first: an unfinished exercise fails here, before anything is written
@@ -340,26 +354,25 @@ def train_one(module, options: argparse.Namespace, args, run_name: str, task: Ta
         return False
 
     checks_were_on = set_shape_checks(True)
-    with StopSignals() as stop:
+    try:
         try:
-            try:
-                trainer.train(on_phase_end)
-            finally:
-                set_shape_checks(checks_were_on)
-            if ctx.enabled:
-                ctx.gather(outcome["status"])  # tells the other ranks why the loop ended
-        except Abandoned:
-            outcome["status"] = "interrupted"
-        if progress is not None:
-            progress.close()
-        metrics.close()
-        try:
-            return finish_run(module, options, args, task, trainer, run, run_dir, episodes, outcome,
-                              checkpoint(good, outcome["status"]), seconds_before + time.perf_counter() - start)
-        except Abandoned:  # a second signal while writing: the checkpoint of the last finished update at least
-            save(checkpoint(good, "interrupted"), run_dir / CHECKPOINT)
-            print(f"{task.name}: stopped; resume with: python -m workbook {task.name} --resume {run_dir}", flush=True)
-            return {"seed": seed, "solved": False, "status": "interrupted", "run_dir": str(run_dir)}
+            trainer.train(on_phase_end)
+        finally:
+            set_shape_checks(checks_were_on)
+        if ctx.enabled:
+            ctx.gather(outcome["status"])  # tells the other ranks why the loop ended
+    except Abandoned:  # the second signal: the update in progress is dropped, the last finished one saved
+        outcome["status"] = "interrupted"
+    if progress is not None:
+        progress.close()
+    metrics.close()
+    try:
+        return finish_run(module, options, args, task, trainer, run, run_dir, episodes, outcome,
+                          checkpoint(good, outcome["status"]), seconds_before + time.perf_counter() - start)
+    except Abandoned:  # a signal again while writing: the checkpoint of the last finished update at least
+        save(checkpoint(good, "interrupted"), run_dir / CHECKPOINT)
+        print(f"{task.name}: stopped; resume with: python -m workbook {task.name} --resume {run_dir}", flush=True)
+        return {"seed": seed, "solved": False, "status": "interrupted", "run_dir": str(run_dir)}
 
 
 def saved_options(options: argparse.Namespace) -> dict:
@@ -378,7 +391,9 @@ def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, e
                "updates": state["trainer"]["phase"], "solved_at_step": outcome["solved_at"],
                "train_seconds": round(train_seconds, 2)}
     save(state, run_dir / CHECKPOINT)
-    resume_line = f"python -m workbook {task.name} --resume {run_dir}"
+    world = distributed.context().world_size
+    launcher = f"torchrun --standalone --nproc_per_node={world}" if world > 1 else "python"
+    resume_line = f"{launcher} -m workbook {task.name} --resume {run_dir}"
     solved_return = task.solved_return(args.env_id)
     if status in ("interrupted", "non-finite"):
         write_json(summary, run_dir / "summary.json")
