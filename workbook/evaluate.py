@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         one = lambda obs: act(obs[None])[0]  # noqa: E731 (RecordVideo steps one environment)
         act_one = (lambda obs: int(one(obs))) if task.name == "cartpole" else one
         video = record_video(trainer.actor, args.env_id, run_dir / "video" / f"evaluate-{time.strftime('%Y%m%d-%H%M%S')}",
-                             seed, act_one)
+                             seed, act_one, name_prefix="sampled" if options.sample else "greedy")
         if video is not None:
             print(f"video: {video}")
     if options.wandb != "disabled":

@@ -192,10 +192,11 @@ def plot_learning_curve(episodes: list[tuple[int, float]], path: Path, title: st
 
 
 def record_video(actor: torch.nn.Module, env_id: str, folder: Path, seed: int,
-                 act: Callable[[torch.Tensor], Any] | None = None) -> Path | None:
+                 act: Callable[[torch.Tensor], Any] | None = None, name_prefix: str = "greedy") -> Path | None:
     """One greedy episode as MP4 with gymnasium's RecordVideo; None (with a hint) without moviepy.
 
-    ``act(observation)`` picks each action (default: the argmax of the actor's logits).
+    ``act(observation)`` picks each action (default: the argmax of the actor's logits);
+    the file is ``<folder>/<name_prefix>-episode-0.mp4``.
     """
     try:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless rendering
@@ -206,7 +207,7 @@ def record_video(actor: torch.nn.Module, env_id: str, folder: Path, seed: int,
     import gymnasium as gym
 
     try:  # CartPole draws with pygame; MuJoCo renders offscreen with OpenGL (MUJOCO_GL=egl or osmesa)
-        env = gym.wrappers.RecordVideo(gym.make(env_id, render_mode="rgb_array"), str(folder), name_prefix="greedy",
+        env = gym.wrappers.RecordVideo(gym.make(env_id, render_mode="rgb_array"), str(folder), name_prefix=name_prefix,
                                        episode_trigger=lambda _: True, disable_logger=True)
         obs, _ = env.reset(seed=seed)
         done = False
