@@ -269,3 +269,24 @@ def test_sigint_to_a_training_process_leaves_a_resumable_run(tmp_path, monkeypat
     assert cartpole.main(["--resume", str(run_dir), "--no-progress"]) == INTERRUPTED
     assert [m["phase"] for m in metrics(run_dir)] == list(range(1, done + 2))
     assert torch.load(run_dir / CHECKPOINT, weights_only=False)["trainer"]["phase"] == done + 1
+
+
+def test_evaluate_video_is_an_mp4_logged_to_wandb(tmp_path, capsys, finished_run):
+    pytest.importorskip("moviepy")
+    pytest.importorskip("pygame")
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    assert evaluate.main([str(run), "--video", "--wandb", "offline", "--episodes", "2"]) == 0
+    videos = list((run / "video").rglob("*.mp4"))
+    assert len(videos) == 1 and videos[0].name == "greedy-episode-0.mp4" and videos[0].stat().st_size > 0
+    assert f"video: {videos[0]}" in capsys.readouterr().out
+    assert list((run / "wandb").rglob("media/videos/*.mp4"))  # the same episode, as a wandb video
+
+
+def test_evaluate_video_without_moviepy_says_so_and_still_evaluates(tmp_path, capsys, monkeypatch, finished_run):
+    monkeypatch.setitem(sys.modules, "moviepy", None)  # `import moviepy` raises ImportError
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    assert evaluate.main([str(run), "--video"]) == 0
+    out = capsys.readouterr().out
+    assert "--video needs moviepy" in out and "greedy over 2 episodes" in out and not (run / "video").exists()
