@@ -369,3 +369,38 @@ def restore_env_trainer(trainer: Any, state: dict, episode_seed: int) -> None:
 def episode_seed(seed: int, phase: int) -> int:
     """The environments' reset seed when a run resumes after ``phase`` updates (new episodes, reproducibly)."""
     return int(np.random.SeedSequence([seed, phase]).generate_state(1)[0])
+
+
+# --- language-model algorithms (Parts 3 and 5) -----------------------------------------------------
+
+def lm_algorithm_state(algo: Any) -> dict:
+    """What a loop algorithm (``workbook/loop/algorithms.py``) needs to continue exactly (copied).
+
+    Duck-typed: the policy's weights (``algo.policy``, never a DDP wrapper), its trainer's
+    optimizer, every ``torch.Generator`` the algorithm or its trainer keeps (minibatch order,
+    DPO's pair order), and the KL controller's β where there is one.
+    """
+    trainer = algo.trainer
+    state = {"policy": cloned(algo.policy.state_dict()), "optimizer": cloned(trainer.optimizer.state_dict()),
+             "generators": {f"{owner}.{name}": value.get_state()
+                            for owner, obj in (("algo", algo), ("trainer", trainer))
+                            for name, value in vars(obj).items() if isinstance(value, torch.Generator)}}
+    if getattr(trainer, "kl_ctl", None) is not None:
+        state["kl_coef"] = float(trainer.kl_ctl.value)
+    return state
+
+
+def restore_lm_algorithm(algo: Any, state: dict, learning_rate: float | None = None) -> None:
+    """Load :func:`lm_algorithm_state` into a freshly built algorithm; ``learning_rate`` replaces the saved one."""
+    trainer = algo.trainer
+    algo.policy.load_state_dict(state["policy"])
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    if learning_rate is not None:
+        for group in trainer.optimizer.param_groups:
+            group["lr"] = learning_rate
+    for key, value in state["generators"].items():
+        owner, name = key.split(".", 1)
+        getattr(algo if owner == "algo" else trainer, name).set_state(value)
+    if "kl_coef" in state:
+        controller = getattr(trainer.kl_ctl, "inner", trainer.kl_ctl)  # under torchrun, a GlobalKLController wraps it
+        controller.value = state["kl_coef"]
