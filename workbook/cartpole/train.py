@@ -253,7 +253,7 @@ def train_one(module, options: argparse.Namespace, args, run_name: str, task: Ta
         with StopSignals(message=None):  # the signal reaches every rank; only rank 0 acts on it
             trainer.train(lambda report: set_shape_checks(False) and False)
             status = ctx.gather(None)[0]
-        return {"seed": seed, "solved": status == "solved", "status": status}
+        return {"seed": seed, "solved": status not in ("interrupted", "non-finite"), "status": status}  # rank 0 reports
     with StopSignals() as stop:  # from here on, Ctrl-C is noted and acted on after the update in progress
         try:
             return _train_main_rank(module, options, args, run_name, task, resume, stop)
