@@ -1,9 +1,9 @@
 """How fast does the reference PPO solve CartPole-v1? (A benchmark, not a test.)
 
-    python benchmarks/cartpole.py --seeds 3                  # the default PPOArgs
-    python benchmarks/cartpole.py --seeds 3 --config cleanrl # CleanRL's ppo.py settings, our code
+    python benchmarks/cartpole.py --seeds 1 2 3                  # the default PPOArgs
+    python benchmarks/cartpole.py --seeds 1 2 3 --config cleanrl # CleanRL's ppo.py settings, our code
     python benchmarks/cartpole.py --set num_envs=16 --set learning_rate=1e-3
-    python benchmarks/cartpole.py --vs-cleanrl --seeds 3     # side by side with CleanRL's own ppo.py
+    python benchmarks/cartpole.py --vs-cleanrl --seeds 1 2 3     # side by side with CleanRL's own ppo.py
 
 ``--vs-cleanrl`` runs, for each seed in turn (interleaved, so both see the same machine load):
 ours to the training criterion, CleanRL's ``ppo.py`` (benchmarks/cleanrl/, patched only for
@@ -25,20 +25,21 @@ depends on how busy the machine is: compare figures taken on the same machine, q
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import statistics
 import subprocess
 import sys
 import time
-from dataclasses import fields
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+from workbook.cli import add_seeds_option, make_parser, parse_overrides, require_unique_seeds  # noqa: E402
+from workbook.runs import command  # noqa: E402
 
 CONFIGS = {
     "default": {},
@@ -47,18 +48,6 @@ CONFIGS = {
     "cleanrl": dict(num_envs=4, num_steps_per_rollout=128, total_timesteps=500_000, learning_rate=2.5e-4,
                     num_minibatches=4, batches_per_learning_phase=4),
 }
-
-
-def parse_overrides(items: list[str], args_cls) -> dict:
-    types = {f.name: f.type for f in fields(args_cls)}
-    out = {}
-    for item in items:
-        key, _, value = item.partition("=")
-        if key not in types:
-            raise SystemExit(f"--set {item}: unknown PPOArgs field {key!r}")
-        kind = types[key] if isinstance(types[key], type) else eval(types[key])  # annotations are strings
-        out[key] = kind(float(value)) if kind is int else kind(value)
-    return out
 
 
 def run_seed(module, overrides: dict, seed: int, eval_every_return: float, criterion: str = "greedy") -> dict:
@@ -146,9 +135,9 @@ def raw_env_rate(env_id: str, num_envs: int, steps: int = 3000) -> float:
     return rate
 
 
-def vs_cleanrl(module, overrides: dict, seeds: int, eval_every_return: float) -> dict:
+def vs_cleanrl(module, overrides: dict, seeds: list[int], eval_every_return: float) -> dict:
     ours, greedy, theirs = [], [], []
-    for seed in range(1, seeds + 1):
+    for seed in seeds:
         ours.append(run_seed(module, overrides, seed, eval_every_return, "training"))
         theirs.append(run_cleanrl(seed))
         greedy.append(run_seed(module, overrides, seed, eval_every_return, "greedy"))
@@ -161,7 +150,7 @@ def vs_cleanrl(module, overrides: dict, seeds: int, eval_every_return: float) ->
     raw = raw_env_rate(args.env_id, args.num_envs)
     med = lambda rows, key: statistics.median(r[key] for r in rows) if all(r[key] is not None for r in rows) else None  # noqa: E731
     summary = {
-        "mode": "vs-cleanrl", "criterion": "last 20 training episodes >= 475", "seeds": list(range(1, seeds + 1)),
+        "mode": "vs-cleanrl", "criterion": "last 20 training episodes >= 475", "seeds": seeds,
         "overrides": overrides,
         "ours_median_wall_s": round(med(ours, "wall_s"), 2), "ours_median_env_steps": med(ours, "env_steps"),
         "cleanrl_median_wall_s": med(theirs, "wall_s") and round(med(theirs, "wall_s"), 2),
@@ -177,7 +166,7 @@ def vs_cleanrl(module, overrides: dict, seeds: int, eval_every_return: float) ->
     summary["ok"] = {"speedup_20x": bool(summary["speedup"] and summary["speedup"] >= 20),
                      "greedy_2s": summary["greedy_median_wall_s"] <= 2.0,
                      "rollout_5pct": summary["rollout_frac_of_raw"] >= 0.05,
-                     "every_seed_solves": summary["solved"]["ours"] == seeds and summary["solved"]["greedy"] == seeds}
+                     "every_seed_solves": summary["solved"]["ours"] == len(seeds) and summary["solved"]["greedy"] == len(seeds)}
     print(f"median wall to the training criterion: ours {summary['ours_median_wall_s']} s, CleanRL "
           f"{summary['cleanrl_median_wall_s']} s: {summary['speedup']}x; greedy criterion {summary['greedy_median_wall_s']} s; "
           f"rollout {summary['rollout_sps']:,} steps/s = {summary['rollout_frac_of_raw']:.1%} of the raw "
@@ -189,9 +178,10 @@ def _rounded(r: dict) -> dict:
     return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()}
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=3, help="seeds 1..N")
+    parser = make_parser("benchmarks/cartpole.py", __doc__.split("\n\n")[0])
+    add_seeds_option(parser, [1, 2, 3], "one training run per seed")
     parser.add_argument("--config", choices=sorted(CONFIGS), default="default")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a PPOArgs field")
     parser.add_argument("--eval-when-return", type=float, default=200.0,
@@ -204,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="interleave ours with CleanRL's ppo.py per seed (training criterion), plus the greedy "
                              "criterion and the raw vector-env rate")
     args = parser.parse_args(argv)
+    require_unique_seeds(args.seeds)
 
     torch.set_num_threads(1)
     torch.distributions.Distribution.set_default_validate_args(False)  # saves ~20% of each rollout step
@@ -212,14 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(f"{args.impl}.part2_cartpole")
     overrides = CONFIGS[args.config] | parse_overrides(args.set, module.PPOArgs)
     shown = module.PPOArgs(**overrides)
-    print(f"config {args.config}, seeds 1-{args.seeds}: " + ", ".join(
+    print(f"config {args.config}, seeds {' '.join(map(str, args.seeds))}: " + ", ".join(
         f"{f.name}={getattr(shown, f.name)!r}" for f in dataclasses.fields(shown) if f.name != "seed"), flush=True)
     if args.vs_cleanrl:
         summary = vs_cleanrl(module, overrides, args.seeds, args.eval_when_return)
         print(json.dumps(summary))
         return 0 if all(summary["ok"].values()) else 1
     results = []
-    for seed in range(1, args.seeds + 1):
+    for seed in args.seeds:
         r = run_seed(module, overrides, seed, args.eval_when_return, args.criterion)
         results.append(r)
         print(f"seed {seed}: {'solved' if r['solved'] else 'NOT solved'} at {r['env_steps']} env steps, "
@@ -237,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         "per_seed": [_rounded(r) for r in results],
     }
     print(json.dumps(summary))
-    return 0 if summary["solved"] == args.seeds else 1
+    return 0 if summary["solved"] == len(args.seeds) else 1
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ on the same machine.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import statistics
@@ -35,7 +34,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from workbook.continuous.evaluate import SOLVED_RETURN, evaluate_continuous  # noqa: E402
-from workbook.cli import parse_overrides  # noqa: E402
+from workbook.cli import add_seeds_option, make_parser, parse_overrides, require_unique_seeds  # noqa: E402
+from workbook.runs import command  # noqa: E402
 from workbook.continuous.train import PRESETS  # noqa: E402
 
 # CleanRL's ppo_continuous_action.py defaults (our field names), for the same code side by side.
@@ -86,10 +86,11 @@ def run_seed(module, env_id: str, overrides: dict, seed: int, eval_fraction: flo
     return result
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = make_parser("benchmarks/continuous.py", __doc__.split("\n\n")[0])
     parser.add_argument("--env", choices=sorted(PRESETS), default="InvertedPendulum-v5")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    add_seeds_option(parser, [1, 2, 3], "one training run per seed")
     parser.add_argument("--config", choices=("preset", "cleanrl"), default="preset",
                         help="preset: the env's settings in workbook/continuous/train.py (default); cleanrl: "
                              "CleanRL's ppo_continuous_action.py defaults with our code")
@@ -102,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--impl", choices=("solutions", "exercises"), default="solutions")
     parser.add_argument("--progress-every", type=float, default=60.0, metavar="SECONDS",
                         help="a progress line on stderr this often (0: none)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress lines (the same as --progress-every 0)")
     args = parser.parse_args(argv)
+    require_unique_seeds(args.seeds)
+    if args.no_progress:
+        args.progress_every = 0
 
     torch.set_num_threads(1)
     torch.distributions.Distribution.set_default_validate_args(False)

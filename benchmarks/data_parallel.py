@@ -18,7 +18,6 @@ shared: compare figures taken side by side). The last line is one JSON object.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -29,6 +28,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from workbook.cli import make_parser, require_at_least  # noqa: E402
+from workbook.runs import command  # noqa: E402
+
 CONTINUOUS_ENVS = ["InvertedPendulum-v5", "Hopper-v5", "HalfCheetah-v5"]
 
 
@@ -56,8 +60,9 @@ def run_once(nproc: int | None, total_timesteps: int, out: Path, name: str, env_
     return {"sps": last["sps"], "global_step": last["global_step"], "command_wall_s": wall}
 
 
+@command
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = make_parser("benchmarks/data_parallel.py", __doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--total-timesteps", type=int, default=65_536)
     parser.add_argument("--nproc", type=int, nargs="+", default=[1, 2], help="torchrun process counts to measure")
@@ -66,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="passed on to every run (per-rank settings such as num_envs)")
     options = parser.parse_args(argv)
+    require_at_least("--repeats", options.repeats, 1)
+    require_at_least("--total-timesteps", options.total_timesteps, 1)
+    for n in options.nproc:
+        require_at_least("--nproc", n, 1)
     configs = [(f"python -m workbook {workbook_command(options.env)[0]}", None)] + [(f"torchrun --nproc_per_node={n}", n) for n in options.nproc]
     results: dict[str, list[dict]] = {label: [] for label, _ in configs}
     load_before = os.getloadavg()

@@ -33,9 +33,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach the hub
 
 import torch  # noqa: E402
 
-from workbook.hf.model import load_causal_lm, quiet_hub  # noqa: E402
+from workbook import distributed  # noqa: E402
+from workbook.cli import add_seeds_option  # noqa: E402
+from workbook.hf.model import quiet_hub  # noqa: E402
 from workbook.hf.tiny import random_gpt2, train_review_tokenizer  # noqa: E402
 from workbook.lm.corpus import review_prompts  # noqa: E402
+from workbook.loop.backend import HuggingFace  # noqa: E402
 from workbook.rlhf.data import load_part3, rollout  # noqa: E402
 
 
@@ -48,8 +51,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--mini-batch-size", type=int, default=16)
     p.add_argument("--ppo-epochs", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=None, help="default 48; 16 with --tiny")
-    p.add_argument("--impl", default="solutions")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--impl", default="solutions", choices=("exercises", "solutions"))
+    add_seeds_option(p, [0], "seeds the model and the prompts (the first seed; one timing)")
     ns = p.parse_args(argv)
     device = torch.device(ns.device or ("cpu" if ns.tiny else "cuda"))
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -68,19 +71,22 @@ def main(argv: list[str] | None = None) -> dict:
     sizes = dict(n_layer=2, n_embd=64, n_head=2, n_positions=128) if ns.tiny else \
         dict(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50_257)  # GPT2Config's defaults
     with tempfile.TemporaryDirectory() as folder:
-        random_gpt2(tokenizer, seed=ns.seed, **sizes).save_pretrained(folder)
+        random_gpt2(tokenizer, seed=ns.seeds[0], **sizes).save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        lm, tok = load_causal_lm(folder, device=device)
+        backend = HuggingFace(folder)  # the loop's --model backend: checked, then loaded as `--model PATH` would be
+        options = argparse.Namespace(model=folder, device=str(device))
+        backend.check(options)
+        lm, tok = backend.load(options, distributed.context())
     build_s = time.perf_counter() - t0
     n_params = sum(p.numel() for p in lm.parameters())
     print(f"{n_params / 1e6:.1f}M parameters on {device} (built, saved and loaded in {build_s:.1f}s)", flush=True)
 
-    torch.manual_seed(ns.seed)
+    torch.manual_seed(ns.seeds[0])
     policy = part3.GPTWithValueHead(lm).to(device)
     reference = part3.create_reference_model(policy)
-    config = part3.PPOConfig(learning_rate=1.41e-5, mini_batch_size=ns.mini_batch_size, ppo_epochs=ns.ppo_epochs, seed=ns.seed)
+    config = part3.PPOConfig(learning_rate=1.41e-5, mini_batch_size=ns.mini_batch_size, ppo_epochs=ns.ppo_epochs, seed=ns.seeds[0])
     trainer = part3.PPOTrainer(config, policy, reference, tok.pad_id)
-    gen = torch.Generator().manual_seed(ns.seed)
+    gen = torch.Generator().manual_seed(ns.seeds[0])
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -90,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     rows = []
     for it in range(ns.iterations + 1):
-        prompts = review_prompts(batch_size, seed=ns.seed * 1000 + it)
+        prompts = review_prompts(batch_size, seed=ns.seeds[0] * 1000 + it)
         sync()
         t0 = time.perf_counter()
         batch = rollout(policy.lm, tok, prompts, max_new_tokens=max_new_tokens, temperature=1.0, generator=gen)

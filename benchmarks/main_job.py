@@ -21,9 +21,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from workbook.cli import make_parser  # noqa: E402
+from workbook.runs import command  # noqa: E402
 
 
-def main() -> int:
+@command
+def main(argv: list[str] | None = None) -> int:
+    make_parser("benchmarks/main_job.py", __doc__.split("\n\n")[0]).parse_args(argv)
     load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="workbook-cache-") as cache:
         env = os.environ | {"WORKBOOK_CACHE": cache, "PYTHONPATH": str(ROOT)}

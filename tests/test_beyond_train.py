@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from workbook.lm.pretrain import TINY_ARGS, pretrain
-from workbook.rlhf.train import Args, train
+from workbook.loop.train import Args, train
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def tiny():
 
 def tiny_args(tmp_path, algo: str, **kw) -> Args:
     return Args(impl="solutions", algo=algo, iterations=2, batch_size=8, mini_batch_size=4, group_size=4, ppo_epochs=1,
-                eval_samples=8, max_new_tokens=24, sample_every=1, wandb="disabled", run_dir=str(tmp_path),
+                eval_samples=8, max_new_tokens=24, sample_every=1, wandb="disabled", runs_dir=str(tmp_path),
                 run_name=f"smoke-{algo}", quiet=True, **kw)
 
 
@@ -49,7 +49,7 @@ def test_each_algorithm_writes_the_rlhf_outputs(tiny, tmp_path, algo, extra):
 
 
 def test_group_algorithms_sample_whole_groups(tiny):
-    from workbook.beyond.algorithms import make_algorithm
+    from workbook.loop.algorithms import make_algorithm
 
     model, tok = tiny
     algo = make_algorithm(Args(impl="solutions", algo="grpo", batch_size=12, group_size=4), copy.deepcopy(model), tok)
@@ -58,12 +58,14 @@ def test_group_algorithms_sample_whole_groups(tiny):
 
 
 def test_each_algorithm_has_its_defaults_unless_an_option_overrides_them():
-    from workbook.beyond.algorithms import ALGO_DEFAULTS
-    from workbook.rlhf.train import parse_args
+    from workbook.loop.algorithms import ALGO_DEFAULTS
+    from workbook.loop.train import parse_args
 
     for algo, defaults in ALGO_DEFAULTS.items():
         args = parse_args(["--algo", algo])
         assert {k: getattr(args, k) for k in defaults} == defaults
     assert parse_args(["--algo", "grpo", "--kl-coef", "0.01"]).kl_coef == 0.01
     assert parse_args(["--algo", "rloo", "--iterations=7"]).iterations == 7
+    assert parse_args(["--algo", "grpo", "--set", "kl_coef=0.01"]).kl_coef == 0.01, "--set FIELD=VALUE wins too"
+    assert parse_args(["--algo", "grpo", "--no-progress"]).iterations == ALGO_DEFAULTS["grpo"]["iterations"]
     assert parse_args([]).kl_coef == Args().kl_coef, "PPO keeps Part 3's defaults"

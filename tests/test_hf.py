@@ -22,14 +22,14 @@ import torch
 pytest.importorskip("transformers")
 
 from solutions import part3_rlhf as part3  # noqa: E402
-from workbook.hf import IMDB_PRESET, prepare  # noqa: E402
 from workbook.hf.model import NEVER, load_causal_lm  # noqa: E402
-from workbook.hf.tasks import prompt_file  # noqa: E402
 from workbook.hf.tiny import random_gpt2, save_tiny_gpt2, train_review_tokenizer  # noqa: E402
 from workbook.lm.tokenizer import pad_batch  # noqa: E402
 from workbook.rlhf.data import rollout  # noqa: E402
+from workbook.rlhf.prompts import prompt_file  # noqa: E402
 from workbook.rlhf.rewards import missing_eos_scores  # noqa: E402
-from workbook.rlhf.train import Args, main, parse_args  # noqa: E402
+from workbook.loop.task import IMDB_PRESET, review_task  # noqa: E402
+from workbook.loop.train import Args, main, parse_args  # noqa: E402
 from workbook.runs import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,9 +125,16 @@ def test_a_missing_folder_or_an_unreachable_hub_is_one_clear_error(tmp_path):
     (["--prompts", "imdb"], "--prompts"),
     (["--device", "tpu"], "--device"),
     (["--reward", "sentiment"], "--reward"),
+    (["--model", "{tmp}"], "--model"),  # a folder, but no saved model in it (e.g. --model runs)
+    (["--model", "./nowhere/model"], "--model"),
+    (["--model", "{saved}/config.json"], "--model"),
+    (["--seeds", "-1"], "--seeds"),
+    (["--seeds", "1", "1"], "--seeds"),
+    (["--seed", "1"], "--seed"),
+    (["--run-dir", "x"], "--run-dir"),
 ])
 def test_rlhf_command_says_what_cannot_be_loaded_before_writing_anything(options, field, saved, tmp_path, capsys):
-    argv = [o.format(saved=saved) for o in options] + ["--impl", "solutions", "--run-dir", str(tmp_path / "runs"), "--wandb", "disabled"]
+    argv = [o.format(saved=saved, tmp=tmp_path) for o in options] + ["--impl", "solutions", "--runs-dir", str(tmp_path / "runs"), "--wandb", "disabled"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {field}: "), err
@@ -262,8 +269,10 @@ def test_prompt_file_and_classifier_reward_load_from_local_paths(saved, saved_cl
     path.write_text("The plot was\n\n  I thought the acting  \n")
     assert prompt_file(str(path)).eval(4, seed=0) and set(prompt_file(str(path)).batch(8, 0, 0)) <= {"The plot was", "I thought the acting"}
     args = parse_args(["--model", str(saved), "--prompts", str(path), "--reward", str(saved_classifier)])
-    _, _, prompts, scorer = prepare(args)
-    scores = scorer(["a great film.", "a dull film, badly acted.", "ok"])
+    lm, tok = load_causal_lm(str(saved))
+    task = review_task(args, tok)
+    assert [p.text for p in task.eval_prompts(4)] and {p.text for p in task.batch(8, 0, 0)} <= {"The plot was", "I thought the acting"}
+    scores = task.scorer(["a great film.", "a dull film, badly acted.", "ok"])
     assert scores.shape == (3,) and scores.dtype == torch.float32 and torch.isfinite(scores).all()
     assert len(set(scores.tolist())) == 3
 
@@ -275,7 +284,7 @@ def test_rlhf_command_runs_end_to_end_on_a_saved_model(saved, saved_classifier, 
     cmd = [sys.executable, "-m", "workbook", "rlhf", "--impl", "solutions", "--model", str(saved), "--prompts", str(prompts),
            "--reward", str(saved_classifier), "--eos-trick", "--iterations", "2", "--batch-size", "8", "--mini-batch-size", "4",
            "--ppo-epochs", "1", "--eval-samples", "8", "--max-new-tokens", "12", "--wandb", "disabled",
-           "--run-dir", str(tmp_path / "runs"), "--run-name", "hf"]
+           "--runs-dir", str(tmp_path / "runs"), "--run-name", "hf"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -290,14 +299,41 @@ def test_rlhf_command_runs_end_to_end_on_a_saved_model(saved, saved_classifier, 
 
 @pytest.mark.parametrize("algo", ["grpo", "rloo", "dpo"])
 def test_part5_algorithms_run_unchanged_on_the_adapter(loaded, algo, tmp_path):
-    from workbook.beyond.algorithms import algo_args
-    from workbook.hf.tasks import PromptPool
-    from workbook.rlhf.train import train
+    from workbook.loop.task import ReviewTask
+    from workbook.loop.train import algo_args, train
+    from workbook.rlhf.prompts import PromptPool
 
     lm, tok = loaded
     args = algo_args(algo, impl="solutions", iterations=1, batch_size=8, mini_batch_size=4, ppo_epochs=1, group_size=4,
-                     eval_samples=4, max_new_tokens=8, wandb="disabled", run_dir=str(tmp_path), run_name=algo, quiet=True)
-    summary = train(args, model=lm, tok=tok, prompts=PromptPool(PROMPTS, PROMPTS, tok=None),
-                    scorer=lambda texts: torch.tensor([float(len(t) % 3) for t in texts]))
+                     eval_samples=4, max_new_tokens=8, wandb="disabled", runs_dir=str(tmp_path), run_name=algo, quiet=True)
+    task = ReviewTask(PromptPool(PROMPTS, PROMPTS, tok=None), lambda texts: torch.tensor([float(len(t) % 3) for t in texts]))
+    summary = train(args, model=lm, tok=tok, task=task)
     assert summary["iterations"] == 1 and summary["before"]["kl"] == pytest.approx(0.0, abs=1e-5)
     assert (tmp_path / algo / "policy" / "config.json").exists(), "the policy is saved in Hugging Face format"
+
+
+@pytest.mark.slow
+def test_several_seeds_write_a_run_each_and_their_mean_and_spread(saved, tmp_path, capsys):
+    prompts, runs = tmp_path / "prompts.txt", tmp_path / "runs"
+    prompts.write_text("\n".join(PROMPTS))
+    base = ["--impl", "solutions", "--model", str(saved), "--prompts", str(prompts), "--iterations", "2", "--batch-size", "8",
+            "--mini-batch-size", "4", "--ppo-epochs", "1", "--eval-samples", "8", "--max-new-tokens", "12", "--wandb", "disabled",
+            "--runs-dir", str(runs)]
+    assert main(base + ["--seeds", "0", "1", "--run-name", "multi", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "2/2" not in out, "--no-progress draws no bar"
+    assert main(base + ["--seeds", "1", "--run-name", "single"]) == 0
+    assert "2/2" in capsys.readouterr().out, "a progress bar over the iterations by default"
+
+    def metrics(name: str) -> list[dict]:
+        rows = [json.loads(line) for line in (runs / name / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+    assert metrics("multi-seed1") == metrics("single"), "the same seed gives the same numbers, alone or among others"
+    assert metrics("multi-seed0") != metrics("multi-seed1"), "different seeds give different runs"
+    summary = json.loads((runs / "multi-seeds" / "summary.json").read_text())
+    after = [json.loads((runs / f"multi-seed{s}" / "summary.json").read_text())["after"]["reward"] for s in (0, 1)]
+    assert summary["seeds"] == [0, 1] and summary["after"]["reward"]["per_seed"] == after
+    assert summary["after"]["reward"]["mean"] == pytest.approx(sum(after) / 2)
+    assert (runs / "multi-seeds" / "curves.png").stat().st_size > 0
+    assert main(base + ["--seeds", "0", "1", "--run-name", "multi"]) == 2, "existing runs are refused before anything runs"

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.distributions.categorical import Categorical
 
-from workbook.checking import WrongAnswer, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
+from workbook.checking import WrongAnswer, assert_close, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
 
 PART = "part1_ppo_core"
 POINTS = {
@@ -84,7 +84,7 @@ def test_compute_advantages_hand_computed_example(impl):
                   terminated=torch.zeros(3, 1, dtype=torch.bool), gamma=0.9, gae_lambda=0.8)
     got = impl.compute_advantages(**kwargs)
     expected = torch.tensor([[2.12648], [1.634], [0.95]])
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, msg=lambda m: explain(
+    assert_close(got, expected, rtol=1e-5, atol=1e-5, msg=lambda m: explain(
         describe_call("compute_advantages", **kwargs), m, diagnose("compute_advantages", got, **kwargs)))
 
 
@@ -106,7 +106,7 @@ def test_gae_with_lambda_0_is_the_one_step_td_error(impl, seed, gamma):
     next_nonterminal = 1.0 - torch.cat([x["terminated"][1:], x["next_terminated"][None]]).float()
     td_error = x["rewards"] + gamma * next_values * next_nonterminal - x["values"]
     got = impl.compute_advantages(**x, gamma=gamma, gae_lambda=0.0)
-    torch.testing.assert_close(got, td_error, rtol=1e-5, atol=1e-5, msg=lambda m: explain(
+    assert_close(got, td_error, rtol=1e-5, atol=1e-5, msg=lambda m: explain(
         f"compute_advantages(..., gamma={gamma:g}, gae_lambda=0)",
         "λ=0 must give the one-step TD error δ_t = r_t + γV(s_{t+1})(1 − d_{t+1}) − V(s_t)\n  " + m,
         diagnose("compute_advantages", got, **x, gamma=gamma, gae_lambda=0.0)))
@@ -122,7 +122,7 @@ def test_gae_with_lambda_1_is_discounted_return_minus_value(impl, seed, gamma):
         running = x["rewards"][t] + gamma * running
         returns[t] = running
     got = impl.compute_advantages(**x, gamma=gamma, gae_lambda=1.0)
-    torch.testing.assert_close(got, returns - x["values"], rtol=1e-4, atol=1e-4, msg=lambda m: explain(
+    assert_close(got, returns - x["values"], rtol=1e-4, atol=1e-4, msg=lambda m: explain(
         f"compute_advantages(..., gamma={gamma:g}, gae_lambda=1)",
         "λ=1 must give the bootstrapped discounted return minus V(s_t)\n  " + m,
         diagnose("compute_advantages", got, **x, gamma=gamma, gae_lambda=1.0)))
@@ -237,7 +237,7 @@ def test_clipping_changes_nothing_when_every_ratio_is_inside(impl, seed, clip_co
     normalised = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     unclipped = (ratio * normalised).mean()
     got = impl.calc_clipped_surrogate_objective(Categorical(logits=logits), actions, advantages, old_logprobs, clip_coef)
-    torch.testing.assert_close(got, unclipped, rtol=1e-5, atol=1e-5, msg=lambda m: explain(
+    assert_close(got, unclipped, rtol=1e-5, atol=1e-5, msg=lambda m: explain(
         "calc_clipped_surrogate_objective(...) with every ratio in [1−ε, 1+ε]",
         "must equal the unclipped mean(r · normalised A)\n  " + m))
 
@@ -297,7 +297,7 @@ def test_clipped_value_loss_is_half_mse_when_nothing_moves_far(impl, seed):
     values = old_values + 0.1 * torch.tanh(values - old_values)  # every move inside ±0.1
     got = impl.calc_clipped_value_function_loss(values, old_values, returns, 0.5, 0.2)
     expected = 0.5 * 0.5 * (values - returns).pow(2).mean()
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, msg=lambda m: explain(
+    assert_close(got, expected, rtol=1e-5, atol=1e-6, msg=lambda m: explain(
         "calc_clipped_value_function_loss(...) with every |values − old_values| < clip_range",
         "must equal vf_coef · 0.5 · mean((values − returns)²)\n  " + m))
 
@@ -318,7 +318,7 @@ def test_entropy_bonus_matches_reference(impl, ref):
 @given(n=st.integers(1, 50), batch=st.integers(1, 8), ent_coef=st.floats(0.001, 1.0))
 def test_entropy_of_uniform_policy_is_log_n(impl, n, batch, ent_coef):
     got = impl.calc_entropy_bonus(Categorical(logits=torch.zeros(batch, n)), ent_coef)
-    torch.testing.assert_close(got, torch.tensor(ent_coef * math.log(n)), rtol=1e-5, atol=1e-6, msg=lambda m: explain(
+    assert_close(got, torch.tensor(ent_coef * math.log(n)), rtol=1e-5, atol=1e-6, msg=lambda m: explain(
         f"calc_entropy_bonus(uniform over {n} actions, ent_coef={ent_coef:g})", "must equal ent_coef · log n\n  " + m))
 
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbook.checking import WrongAnswer, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
+from workbook.checking import WrongAnswer, assert_close, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
 from workbook.lm.model import GPT, GPTConfig
 
 PART = "part3_rlhf"
@@ -98,7 +98,7 @@ def test_probabilities_of_all_labels_sum_to_one(impl, seed, vocab):
     logits = randn(seed, 4, vocab, scale=3.0)
     every = torch.stack([impl.logprobs_from_logits(logits, torch.full((4,), v)) for v in range(vocab)], dim=-1)
     total = every.exp().sum(-1)
-    torch.testing.assert_close(total, torch.ones(4), rtol=1e-5, atol=1e-5, msg=lambda m: explain(
+    assert_close(total, torch.ones(4), rtol=1e-5, atol=1e-5, msg=lambda m: explain(
         "logprobs_from_logits(logits, label) for every label", "exp(log-probs) over all labels must sum to 1\n  " + m,
         diagnose("logprobs_from_logits", impl.logprobs_from_logits(logits, torch.zeros(4, dtype=torch.long)),
                  logits, torch.zeros(4, dtype=torch.long))))
@@ -119,7 +119,7 @@ def test_entropy_of_uniform_is_log_v_and_of_a_certainty_is_zero(impl, vocab, shi
     certain[:, 0] = 1000.0
     got = impl.entropy_from_logits(torch.stack([uniform, certain]))
     expected = torch.tensor([[math.log(vocab)] * 2, [0.0, 0.0]])
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4, msg=lambda m: explain(
+    assert_close(got, expected, rtol=1e-5, atol=1e-4, msg=lambda m: explain(
         f"entropy_from_logits(uniform over {vocab} / one logit 1000 above the rest)",
         "expected log V for the uniform rows and 0 for the certain ones\n  " + m,
         diagnose("entropy_from_logits", got, torch.stack([uniform, certain]))))
@@ -140,7 +140,7 @@ def test_whiten_matches_reference(impl, ref, shift_mean):
 def test_whitened_values_have_mean_0_and_std_1(impl, seed, n):
     values = 5.0 + 3.0 * randn(seed, n)
     got = impl.whiten(values)
-    torch.testing.assert_close(torch.stack([got.mean(), got.std()]), torch.tensor([0.0, 1.0]), rtol=1e-4, atol=1e-4,
+    assert_close(torch.stack([got.mean(), got.std()]), torch.tensor([0.0, 1.0]), rtol=1e-4, atol=1e-4,
                                msg=lambda m: explain(f"whiten(Tensor[{n}])", "mean must be 0 and (unbiased) std 1\n  " + m,
                                                      diagnose("whiten", got, values)))
 
@@ -196,7 +196,7 @@ def test_masked_whiten_equals_whiten_of_the_real_part(impl, ref, seed, shift_mea
     values = 2.0 * randn(seed, 5, 7) - 1.0 + 50.0 * (1 - mask)  # wild padding
     got = impl.masked_whiten(values, mask, shift_mean=shift_mean)
     expected = ref.whiten(values[mask.bool()], shift_mean=shift_mean)
-    torch.testing.assert_close(got[mask.bool()], expected, rtol=1e-5, atol=1e-5, msg=lambda m: explain(
+    assert_close(got[mask.bool()], expected, rtol=1e-5, atol=1e-5, msg=lambda m: explain(
         "masked_whiten(values, mask)", "on the masked-in positions it must equal whiten(values[mask == 1])\n  " + m,
         diagnose("masked_whiten", got, values, mask, shift_mean=shift_mean)))
 
@@ -216,7 +216,7 @@ def test_clip_by_value_keeps_the_gradient(impl):
                                   [mistake("clip_by_value", "gradient_cut")]))
     out.sum().backward()
     inside = (x.detach().abs() < 0.5).float()
-    torch.testing.assert_close(x.grad, inside, msg=lambda m: "gradient must be 1 inside the bounds, 0 outside\n  " + m)
+    assert_close(x.grad, inside, msg=lambda m: "gradient must be 1 inside the bounds, 0 outside\n  " + m)
 
 
 # --- kl_penalty and compute_rewards --------------------------------------------------------
@@ -242,7 +242,7 @@ def test_kl_penalty_matches_reference(impl, ref, kind):
 def test_kl_of_identical_policies_is_zero(impl, kind):
     logprob = full_logprob_pair(3)[0] if kind == "full" else logprob_pair(3)[0]
     got = impl.kl_penalty(logprob, logprob.clone(), kind)
-    torch.testing.assert_close(got, torch.zeros_like(got), rtol=0, atol=1e-6, msg=lambda m: explain(
+    assert_close(got, torch.zeros_like(got), rtol=0, atol=1e-6, msg=lambda m: explain(
         f"kl_penalty(x, x, {kind!r})", "the KL of a policy to itself must be 0\n  " + m))
 
 
@@ -264,7 +264,7 @@ def test_full_kl_is_kl_of_the_policy_to_the_reference(impl):
     expected = torch.distributions.kl_divergence(torch.distributions.Categorical(logits=lp),
                                                  torch.distributions.Categorical(logits=ref_lp))
     got = impl.kl_penalty(lp, ref_lp, "full")
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, msg=lambda m: explain(
+    assert_close(got, expected, rtol=1e-5, atol=1e-5, msg=lambda m: explain(
         "kl_penalty(logprob, ref_logprob, 'full')", "must equal KL(π ‖ π_ref) per position\n  " + m,
         diagnose("kl_penalty", got, lp, ref_lp, "full")))
 
@@ -307,7 +307,7 @@ def test_identical_policies_get_only_the_score_on_the_last_real_token(impl):
     args = (scores, logprobs, logprobs.clone(), masks, 0.3)
     rewards, non_score, kls = impl.compute_rewards(*args)
     expected = torch.tensor([[0.0, 0, 0.5, 0], [-1.0, 0, 0, 0], [0, 0, 0, 2.0]])
-    torch.testing.assert_close(rewards, expected, rtol=0, atol=1e-6, msg=lambda m: explain(
+    assert_close(rewards, expected, rtol=0, atol=1e-6, msg=lambda m: explain(
         describe_call("compute_rewards", *args), "with zero KL the rewards are the scores at each row's last real token\n  " + m,
         diagnose("compute_rewards", (rewards, non_score, kls), *args)))
 
@@ -335,7 +335,7 @@ def test_adaptive_kl_controller_matches_reference(impl, ref, init, target, horiz
 def test_kl_coefficient_grows_when_kl_is_above_target(impl):
     ctl = impl.AdaptiveKLController(0.1, 6.0, 1000.0)
     ctl.update(600.0, 100)  # far above target: the step is capped at +20% · 100/1000
-    torch.testing.assert_close(torch.tensor(ctl.value, dtype=torch.float64), torch.tensor(0.1 * 1.02, dtype=torch.float64),
+    assert_close(torch.tensor(ctl.value, dtype=torch.float64), torch.tensor(0.1 * 1.02, dtype=torch.float64),
                                msg=lambda m: explain("AdaptiveKLController(0.1, 6, 1000).update(600, 100)",
                                                      "expected β = 0.1 · (1 + 0.2 · 100/1000) = 0.102\n  " + m,
                                                      matching_mistakes(PART, "AdaptiveKLController",
@@ -377,7 +377,7 @@ def test_compute_advantages_worked_example(impl):
     for name, got, want in (("returns", returns[:, :9], torch.tensor([EXAMPLE_RETURNS] * 2)),
                             ("whitened advantages", advantages[:, :9], expected_adv.repeat(2, 1)),
                             ("anything at padding", torch.cat([got_values, advantages, returns])[:, 9:], torch.zeros(6, 2))):
-        torch.testing.assert_close(got, want, rtol=0, atol=2e-3, msg=lambda m: explain(
+        assert_close(got, want, rtol=0, atol=2e-3, msg=lambda m: explain(
             call, f"{name} differ from the worked example\n  " + m, diagnose("compute_advantages", (got_values, advantages, returns), *args)))
 
 
@@ -430,7 +430,7 @@ def test_ppo_loss_before_any_update_is_minus_the_mean_advantage(impl):
     expected = torch.stack([-(advantages * mask).sum() / n, 0.1 * 0.5 * ((values - returns) ** 2 * mask).sum() / n,
                             stats["policy/clipfrac"] * 0, stats["val/clipfrac"] * 0])
     got = torch.stack([pg_loss, vf_loss, stats["policy/clipfrac"], stats["val/clipfrac"]])
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, msg=lambda m: explain(
+    assert_close(got, expected, rtol=1e-5, atol=1e-6, msg=lambda m: explain(
         "ppo_loss(...) with logprobs == old_logprobs and vpreds == values",
         "expected pg_loss = −masked_mean(A), vf_loss = vf_coef · ½ · masked_mean((V − R)²), no clipping\n  " + m,
         diagnose("ppo_loss", (pg_loss, vf_loss, stats), *args)))
@@ -551,7 +551,7 @@ def test_forward_pass_log_probs_are_the_models_own(impl, ref):
         # Positions 2, 3, 4 predict tokens 3, 4, 5 (the response).
         expected = F.log_softmax(logits[0, 2:5] / 0.5, -1).gather(-1, response[:, None]).squeeze(-1)
     logprobs = out[0]
-    torch.testing.assert_close(logprobs[0], expected, msg=lambda m: explain(
+    assert_close(logprobs[0], expected, msg=lambda m: explain(
         "batched_forward_pass(model, [query of 3], [response of 3], temperature=0.5)",
         "log-probs must be log softmax(logits / T) at the position *before* each response token\n  " + m,
         diagnose("batched_forward_pass", out, model, [query], [response], temperature=0.5)))
@@ -615,7 +615,7 @@ def test_preference_loss_matches_reference(impl, ref, with_margin):
 def test_preference_loss_is_stable_and_log2_at_a_tie(impl, ref):
     check_call(impl, ref, "preference_loss", torch.tensor([-100.0, 3.0, 0.0]), torch.tensor([100.0, 3.0, 0.0]))
     got = impl.preference_loss(torch.zeros(4), torch.zeros(4))
-    torch.testing.assert_close(got, torch.tensor(math.log(2)), msg=lambda m: "a tie must cost log 2\n  " + m)
+    assert_close(got, torch.tensor(math.log(2)), msg=lambda m: "a tie must cost log 2\n  " + m)
 
 
 # --- PPOTrainer -----------------------------------------------------------------------------

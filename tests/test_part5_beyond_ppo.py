@@ -17,7 +17,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbook.checking import WrongAnswer, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
+from workbook.checking import WrongAnswer, assert_close, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
 
 PART = "part5_beyond_ppo"
 POINTS = {
@@ -140,7 +140,7 @@ def test_each_groups_advantages_sum_to_zero(impl, seed, groups, group_size, scal
     rewards = group_rewards(seed, groups, group_size, tied_group=None)
     got = impl.grpo_advantages(rewards, group_size, scale)
     sums = got.view(groups, group_size).sum(dim=1)
-    torch.testing.assert_close(sums, torch.zeros(groups), rtol=0, atol=1e-4, msg=lambda m: explain(
+    assert_close(sums, torch.zeros(groups), rtol=0, atol=1e-4, msg=lambda m: explain(
         describe_call("grpo_advantages", rewards, group_size, scale),
         "within each group (a row of view(-1, G)) the advantages must sum to 0\n  " + m,
         diagnose("grpo_advantages", got, rewards, group_size, scale)))
@@ -274,7 +274,7 @@ def test_rloo_worked_example(impl):
     args = (torch.tensor([1.0, 2.0, 6.0]), logprobs, logprobs.clone(), torch.ones(3, 2), 3, 0.1)
     got, rewards = impl.rloo_advantages(*args)
     expected = torch.tensor([-3.0, -1.5, 4.5])
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5, msg=lambda m: explain(
+    assert_close(got, expected, rtol=0, atol=1e-5, msg=lambda m: explain(
         describe_call("rloo_advantages", *args), "see the worked example in this test\n  " + m,
         diagnose("rloo_advantages", (got, rewards), *args)))
 
@@ -338,7 +338,7 @@ def test_a_policy_equal_to_its_reference_has_loss_log_2_and_no_accuracy(impl):
     args = (pol_c, pol_r, pol_c.clone(), pol_r.clone(), cm, rm, 0.1)
     loss, stats = impl.dpo_loss(*args)
     got = torch.stack([loss.detach(), stats["rewards/accuracies"], stats["rewards/margins"]])
-    torch.testing.assert_close(got, torch.tensor([math.log(2.0), 0.0, 0.0]), rtol=0, atol=1e-5, msg=lambda m: explain(
+    assert_close(got, torch.tensor([math.log(2.0), 0.0, 0.0]), rtol=0, atol=1e-5, msg=lambda m: explain(
         describe_call("dpo_loss", *args),
         "with π = π_ref every implicit reward is 0: loss log 2, margins 0, accuracy 0 (ties do not count)\n  " + m,
         diagnose("dpo_loss", (loss, stats), *args)))

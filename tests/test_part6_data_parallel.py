@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbook import variants
+from workbook.pytest_plugin import registries
 from workbook.checking import WrongAnswer, check_call, check_exercise, compare, explain, matching_mistakes
 from workbook.distributed import torchrun
 from workbook.distributed_check import WHITEN_CASES, gradient_case, gradient_loss, whiten_case
@@ -139,7 +139,7 @@ def two_ranks(request, tmp_path_factory) -> TwoRanks:
 
 def _variants(exercise: str) -> list:
     """Known mistakes and correct alternatives of one exercise."""
-    return [v for registry in variants.registries().values() for v in registry.for_exercise(PART, exercise)]
+    return [v for registry in registries().values() for v in registry.for_exercise(PART, exercise)]
 
 
 def _choice(fn, exercise: str) -> str:

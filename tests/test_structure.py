@@ -53,7 +53,7 @@ def test_exercises_mirror_solutions(maintainer_mode, solution):
     assert not problems, "\n".join(problems)
     # The maintainers' generator reproduces the exercise file exactly.
     assert make_exercise_text(solution.read_text(), stubbed_functions(exercise)) == exercise.read_text(), (
-        f"regenerate with: python -m workbook stubs solutions/{solution.name}")
+        f"regenerate with: python scripts/make_stubs.py solutions/{solution.name}")
 
 
 @pytest.mark.parametrize("solution", SOLUTION_FILES, ids=[p.stem for p in SOLUTION_FILES])

@@ -9,12 +9,11 @@ import sys
 # should not pay for importing gymnasium or the language model.
 COMMANDS = {
     "grade": ("workbook.grading", "grade table: one row per exercise (--impl, --json)"),
-    "stubs": ("workbook.mirror", "write exercises/X.py from solutions/X.py (maintainers)"),
     "cartpole": ("workbook.cartpole.train", "Part 2: train PPO on CartPole-v1 (--impl, wandb offline)"),
     "continuous": ("workbook.continuous.train", "Part 4: train a Gaussian-policy PPO agent on MuJoCo (--env)"),
     "evaluate": ("workbook.evaluate", "evaluate (and --video) a saved agent: python -m workbook evaluate RUN_DIR"),
     "pretrain": ("workbook.lm.pretrain", "Part 3: pretrain the tiny review GPT (cached)"),
-    "rlhf": ("workbook.rlhf.train", "Part 3: RLHF 'write a positive review' end to end"),
+    "rlhf": ("workbook.loop.train", "Part 3: RLHF 'write a positive review' end to end"),
     "main": ("workbook.main_job", "the main job: grade the reference, train CartPole, run RLHF"),
 }
 

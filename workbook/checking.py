@@ -148,6 +148,22 @@ def _compare_values(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol
     return "\n".join(lines)
 
 
+def assert_close(got: Any, expected: Any, *, rtol: float | None = None, atol: float | None = None,
+                 msg: str | Callable[[str], str] | None = None, name: str = "output", **kwargs: Any) -> None:
+    """``torch.testing.assert_close`` (same arguments, same verdict) whose failure shows expected vs got.
+
+    torch's own message counts mismatched elements but shows no values; a test comparing with a
+    worked example wants the learner to see both. ``msg`` receives that description (like
+    torch's ``msg`` callable) and its result is raised as :class:`WrongAnswer`.
+    """
+    try:
+        torch.testing.assert_close(got, expected, rtol=rtol, atol=atol, **kwargs)
+    except AssertionError as error:
+        tolerances = {"rtol": DEFAULT_RTOL if rtol is None else rtol, "atol": DEFAULT_ATOL if atol is None else atol}
+        detail = compare(got, expected, path=name, **tolerances) or str(error)  # None: a NaN, which compare allows
+        raise WrongAnswer(msg(detail) if callable(msg) else f"{msg}\n  {detail}" if msg else detail) from None
+
+
 def describe_network(net: torch.nn.Module) -> list[dict]:
     """Layer by layer: type; for Linear layers the shape, the gain (mean singular value of the
     weight), whether all singular values are equal (orthogonal init), and the largest |bias|."""

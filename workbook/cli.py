@@ -53,6 +53,51 @@ def make_parser(prog: str, description: str | None = None, **kwargs: Any) -> Str
     return parser
 
 
+# --- the shared vocabulary ---------------------------------------------------------------------
+
+VOCABULARY = {
+    "--seeds": "S [S ...]: a list of seed values (never a count), one run each",
+    "--runs-dir": "DIR: the parent folder of the run folders",
+    "--run-name": "NAME: the run folder's name",
+    "--overwrite": "replace an existing run (or cached result) of that name",
+    "--impl": "exercises|solutions: whose code runs",
+    "--wandb": "offline|online|disabled",
+    "--device": "cpu, cuda, ...",
+    "--set": "FIELD=VALUE: override a field of the arguments dataclass (repeatable)",
+    "--no-progress": "no progress bar",
+}
+"""The options every command and benchmark spells the same way (tests/test_options.py checks them)."""
+
+SYNONYMS = {"--seed": "--seeds", "--num-seeds": "--seeds", "--n-seeds": "--seeds", "--run-dir": "--runs-dir",
+            "--out-dir": "--runs-dir", "--output-dir": "--runs-dir", "--name": "--run-name", "--force": "--overwrite",
+            "--progress": "--no-progress", "--quiet": "--no-progress", "--no-wandb": "--wandb disabled",
+            "--override": "--set", "--cpu": "--device cpu", "--gpu": "--device cuda", "--implementation": "--impl"}
+"""Spellings of a vocabulary option that no command or benchmark may use (→ the one to use)."""
+
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding (and some gymnasium envs) take seeds in [0, 2**32)
+
+
+def seed_value(text: str) -> int:
+    """One ``--seeds`` value: a whole number in [0, 2**32) (argparse turns the error into one line)."""
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a seed is a whole number, got {text!r}") from None
+    if not 0 <= seed <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"a seed is in [0, 2**32), got {seed}")
+    return seed
+
+
+def add_seeds_option(parser: argparse.ArgumentParser, default: list[int], what: str = "one run per seed") -> None:
+    """``--seeds S [S ...]``: a list of seed values, each checked by :func:`seed_value`."""
+    parser.add_argument("--seeds", type=seed_value, nargs="+", default=list(default), metavar="S",
+                        help=f"{what} (default: {' '.join(map(str, default))})")
+
+
+def require_unique_seeds(seeds: list[int]) -> None:
+    require(len(set(seeds)) == len(seeds), "--seeds", f"repeated seed in {seeds}")
+
+
 # --- options from a dataclass ------------------------------------------------------------------
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -85,10 +130,12 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default if f.default is not dataclasses.MISSING else f.default_factory()
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One option per field of ``cls`` (a dataclass whose fields all have defaults)."""
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
+    """One option per field of ``cls`` (a dataclass whose fields all have defaults), except the fields in ``skip``."""
     docs, hints = field_docs(cls), field_types(cls)
     for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
         default = _default(f)
         flag = f"--{f.name.replace('_', '-')}"
         choices = choices_of(hints[f.name])
@@ -103,8 +150,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
 
 
 def dataclass_from_args(cls: type[T], namespace: argparse.Namespace, **overrides: Any) -> T:
-    """Build ``cls`` from the parsed options that name its fields."""
-    values = {f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)}
+    """Build ``cls`` from the parsed options that name its fields (a field without an option keeps its default)."""
+    values = {f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls) if hasattr(namespace, f.name)}
     return cls(**(values | overrides))
 
 

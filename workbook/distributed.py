@@ -1,7 +1,7 @@
 """Data-parallel training with ``torchrun``: the support code (Part 6 has the exercises).
 
     torchrun --standalone --nproc_per_node=2 -m workbook cartpole --impl solutions
-    torchrun --standalone --nproc_per_node=2 -m workbook rlhf --impl solutions
+    torchrun --standalone --nproc_per_node=2 -m workbook rlhf --impl solutions   # --algo grpo|rloo|dpo too
     torchrun --standalone --nproc_per_node=2 -m workbook continuous --impl solutions
 
 ``torchrun`` starts the command N times and tells each copy who it is through environment
@@ -424,6 +424,28 @@ def rlhf_trainer(trainer: Any, part3: ModuleType) -> Any:
             return local_step(*args, **kwargs)
         finally:
             part3.masked_whiten = original
+
+    trainer.step = step
+    return trainer
+
+
+def lm_trainer(trainer: Any) -> Any:
+    """Make a Part 5 trainer (``GroupTrainer``, ``DPOTrainer``) data-parallel in place (no-op in a single process).
+
+    Its ``model`` goes into DDP at the first step (rank 0's weights broadcast, gradients averaged
+    during ``backward``, before clipping and the step). Nothing else is global: GRPO's and RLOO's
+    baselines are per group and every group is sampled on one rank; DPO's loss is a mean over
+    pairs, so the averaged gradient is the gradient of the global batch.
+    """
+    ctx = _context
+    if not ctx.enabled:
+        return trainer
+    local_step = trainer.step
+
+    def step(*args: Any, **kwargs: Any) -> dict[str, float]:
+        if not isinstance(trainer.model, nn.parallel.DistributedDataParallel):
+            trainer.model = ctx.wrap(trainer.model)  # at the first step: the caller may still move the model
+        return local_step(*args, **kwargs)
 
     trainer.step = step
     return trainer

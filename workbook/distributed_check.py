@@ -222,7 +222,7 @@ def run_commands(out_dir: Path) -> dict:
     from workbook.cartpole import train as cartpole
     from workbook.lm.model import GPT, GPTConfig
     from workbook.lm.tokenizer import CharTokenizer
-    from workbook.rlhf import train as rlhf
+    from workbook.loop import train as rlhf
 
     code = cartpole.main(["--impl", "solutions", "--total-timesteps", "512", "--set", "num_envs=4",
                           "--set", "num_steps_per_rollout=32", "--wandb", "disabled", "--runs-dir", "runs",
@@ -231,9 +231,23 @@ def run_commands(out_dir: Path) -> dict:
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=64, n_layer=1, n_head=2, d_model=16))
     args = rlhf.Args(impl="solutions", iterations=2, batch_size=4, mini_batch_size=2, ppo_epochs=1, eval_samples=4,
-                     max_new_tokens=12, sample_every=1, wandb="disabled", run_dir="runs", run_name="rlhf")
+                     max_new_tokens=12, sample_every=1, wandb="disabled", runs_dir="runs", run_name="rlhf")
     summary = rlhf.train(args, model=model, tok=tok)
-    return {"cartpole_exit": code, "rlhf_iterations": summary.get("iterations")}
+    result = {"cartpole_exit": code, "rlhf_iterations": summary.get("iterations")}
+    ctx = distributed.context()
+    for algo in ("grpo", "dpo"):  # Part 5 runs data-parallel too: same weights, each rank its own prompts / pairs
+        torch.manual_seed(0)
+        lm = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=160, n_layer=1, n_head=2, d_model=16))  # DPO: whole reviews
+        start = flat_params(lm).clone()
+        algo_args = rlhf.algo_args(algo, impl="solutions", iterations=2, batch_size=4, mini_batch_size=2, group_size=2,
+                                   ppo_epochs=1, eval_samples=4, max_new_tokens=12, wandb="disabled", runs_dir="runs",
+                                   run_name=algo, learning_rate=1e-2, sample_every=1)
+        done = rlhf.train(algo_args, model=lm, tok=tok, progress=False)
+        params = ctx.gather(flat_params(lm))
+        samples = ctx.gather((Path("runs") / algo / "samples.jsonl").read_text() if ctx.is_main else None)
+        result[algo] = {"iterations": done.get("iterations"), "params_identical": all(torch.equal(params[0], q) for q in params[1:]),
+                        "params_moved": not torch.equal(params[0], start), "rank0_wrote_samples": bool(samples[0])}
+    return result
 
 
 def run_job(out_dir: Path) -> None:

@@ -24,6 +24,8 @@ from workbook.runs import check_can_create, command
 
 ROOT = Path(__file__).resolve().parent.parent
 NOT_STARTED, FAILING, PASSING, TIMED_OUT = "not started", "failing", "passing", "timed out"
+WAITING = "waiting"
+"""Written, but its tests stop at a stub of another exercise it calls (``detail`` names which)."""
 
 
 @dataclass
@@ -69,6 +71,10 @@ def aggregate(records: list[dict]) -> list[Row]:
             status, detail = NOT_STARTED, outcomes[0].get("message", "")
         elif timed_out:
             status, detail = TIMED_OUT, diagnosis(timed_out[0].get("message", ""))
+        elif any(o["outcome"] == WAITING for o in outcomes) and all(
+                o["outcome"] in ("passed", "skipped", NOT_STARTED, WAITING) for o in outcomes):
+            on = dict.fromkeys(o["message"].removeprefix("waiting on ") for o in outcomes if o["outcome"] == WAITING)
+            status, detail = WAITING, "waiting on " + ", ".join(on)
         else:
             status = FAILING
             first_bad = next(o for o in outcomes if o["outcome"] not in ("passed", NOT_STARTED, "skipped")) \
@@ -128,6 +134,9 @@ def format_next_steps(rows: list[Row]) -> str:
         if r.status in (FAILING, TIMED_OUT):
             lines += [f"✗ {r.part}.{r.exercise}: {r.status} ({r.tests - r.passed} of {r.tests} tests)",
                       f"    {r.detail}", f"    details: {r.command}"]
+    for r in rows:
+        if r.status == WAITING:
+            lines.append(f"… {r.part}.{r.exercise}: written, {r.detail} (its tests run once that is filled in)")
     for part in dict.fromkeys(r.part for r in rows):
         todo = [r.exercise for r in rows if r.part == part and r.status == NOT_STARTED]
         if not todo:
@@ -148,7 +157,7 @@ class Progress:
     def __init__(self, report: Path, per_test_timeout: float):
         self.report, self.per_test_timeout = report, per_test_timeout
         self.offset, self.records = 0, []
-        self.start = time.perf_counter()
+        self.last = time.perf_counter()  # when the previous part finished: each part prints its own duration
         self.done_parts: set[str] = set()
 
     def poll(self) -> None:
@@ -171,10 +180,11 @@ class Progress:
             if part not in self.done_parts and all(i in results for i in ids):
                 self.done_parts.add(part)
                 rows = [r for r in aggregate(self.records) if r.part == part]
-                counts = ", ".join(f"{sum(r.status == s for r in rows)} {s}" for s in (PASSING, FAILING, TIMED_OUT, NOT_STARTED)
-                                   if any(r.status == s for r in rows))
-                print(f"  {part}: {len(rows)} exercises graded ({counts}) — {time.perf_counter() - self.start:.0f} s",
-                      flush=True)
+                counts = ", ".join(f"{sum(r.status == s for r in rows)} {s}"
+                                   for s in (PASSING, FAILING, TIMED_OUT, WAITING, NOT_STARTED) if any(r.status == s for r in rows))
+                now = time.perf_counter()
+                print(f"  {part}: {len(rows)} exercises graded ({counts}) in {now - self.last:.0f} s", flush=True)
+                self.last = now
 
 
 def run_suite(impl: str, *, paths: list[str], timeout: float, per_test_timeout: float, report: Path) -> int:

@@ -11,10 +11,13 @@ from workbook.runs import command
 
 @command
 def main(argv: list[str] | None = None) -> int:
-    make_parser("python -m workbook main",
-                "The main job: grade the reference solutions, train CartPole (3 seeds), then run RLHF "
-                "(pretraining the review GPT once if it is not cached). Takes about 3 minutes on a 2-core CPU; "
-                "writes runs/.").parse_args(argv)
+    parser = make_parser("python -m workbook main",
+                         "The main job: grade the reference solutions, train CartPole (3 seeds), then run RLHF "
+                         "(pretraining the review GPT once if it is not cached). Takes about 3 minutes on a 2-core CPU; "
+                         "writes runs/.")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar while CartPole trains (there is none anyway when the output is not a terminal)")
+    options = parser.parse_args(argv)
     print("== 1. Grade table for the reference solutions ==", flush=True)
     code = grading.main(["--impl", "solutions", "--strict"])
     if code:
@@ -24,13 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     print("\n== 2. Train CartPole-v1 with the reference (3 seeds, wandb offline) ==", flush=True)
     from workbook.cartpole import train as cartpole
 
-    code = cartpole.main(["--impl", "solutions", "--seeds", "1", "2", "3", "--no-progress"])
+    # One progress bar per seed (on a terminal) instead of a line per learning phase.
+    code = cartpole.main(["--impl", "solutions", "--seeds", "1", "2", "3"] + ["--no-progress"] * options.no_progress)
     if code:
         print("the reference did not solve CartPole for every seed", file=sys.stderr)
         return code
 
     print("\n== 3. RLHF: 'write a positive movie review' (pretrains once if no cached model; wandb offline) ==",
           flush=True)
-    from workbook.rlhf import train as rlhf
+    from workbook.loop import train as rlhf
 
     return rlhf.main(["--impl", "solutions"])

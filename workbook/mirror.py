@@ -1,8 +1,9 @@
 """exercises/X.py must be solutions/X.py with the exercise bodies replaced by a stub.
 
 A stub body is an optional docstring followed by ``raise NotImplementedError()``. This
-module finds stubs, checks the mirror, and writes an exercise file from a solution file
-(``python -m workbook stubs solutions/part1_ppo_core.py NAME ...``).
+module finds stubs, checks the mirror, and makes an exercise file's text from a solution
+file's. Writing it is a maintainers' script (``scripts/make_stubs.py``), which first asks
+:func:`written_exercises` whether the file holds a learner's work.
 """
 
 from __future__ import annotations
@@ -10,9 +11,6 @@ from __future__ import annotations
 import ast
 import copy
 from pathlib import Path
-
-from workbook.cli import make_parser
-from workbook.runs import ConfigError, command
 
 ROOT = Path(__file__).resolve().parent.parent
 FunctionNode = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -102,16 +100,17 @@ def make_exercise_text(solution_text: str, names: set[str]) -> str:
     return "".join(lines)
 
 
-@command
-def main(argv: list[str] | None = None) -> int:
-    parser = make_parser("python -m workbook stubs", "Write exercises/X.py from solutions/X.py, stubbing the named functions.")
-    parser.add_argument("solution", type=Path, help="e.g. solutions/part1_ppo_core.py")
-    parser.add_argument("names", nargs="*", help="dotted names to stub (default: the stubs already in exercises/X.py)")
-    args = parser.parse_args(argv)
-    if not args.solution.is_file():
-        raise ConfigError("solution", f"{args.solution} is not a file (expected e.g. solutions/part1_ppo_core.py)")
-    target = ROOT / "exercises" / args.solution.name
-    names = set(args.names) or stubbed_functions(target)
-    target.write_text(make_exercise_text(args.solution.read_text(), names))
-    print(f"wrote {target.relative_to(ROOT)} with {len(names)} stubs: {', '.join(sorted(names))}")
-    return 0
+def written_exercises(exercise_path: Path, names: set[str]) -> list[str]:
+    """The functions among ``names`` (dotted) that ``exercise_path`` holds with a body that is not a stub.
+
+    [] means the file equals its stubbed form for ``names``: replacing it loses nothing a learner
+    wrote. A function missing from the file has nothing to lose either. A file that does not
+    parse is someone's work in progress: every name counts as written.
+    """
+    if not exercise_path.exists():
+        return []
+    try:
+        fns = _functions(ast.parse(exercise_path.read_text()))
+    except SyntaxError:
+        return sorted(names)
+    return sorted(name for name in names if name in fns and not is_stub(fns[name]))

@@ -8,7 +8,12 @@
   per variant of that exercise; ``--variant-shard=I/K`` keeps every K-th variant from the I-th
   (the meta-tests run K shards in parallel and read the results; see workbook/variants.py).
 - A test that hits a stub (``NotImplementedError`` raised in exercises/) is reported as
-  *not started*, not as a traceback, and the end of the run prints one line per exercise.
+  *not started*, not as a traceback — or, when the exercise itself is written and the stub
+  belongs to another exercise it calls, as *waiting on part1_ppo_core.NAME*. The end of the
+  run prints one line per exercise (with its diagnosis and how many tests fail) and why tests
+  were skipped.
+- An exercise's first failure is shown in full; its later ones in two lines (the test, the
+  diagnosis), so one mistake does not fill the screen once per test.
 - ``--workbook-report=PATH`` writes one JSON line per collected exercise test and per
   result, for the ``grade`` command.
 - Hangs cost seconds: every test has pytest-timeout's limit (``timeout`` in pyproject.toml, in
@@ -42,9 +47,25 @@ import pytest
 import torch
 from jaxtyping import TypeCheckError
 
-from workbook import mistakes, variants
-from workbook.grading import FAILING, NOT_STARTED, PASSING, TIMED_OUT, aggregate
+from workbook import alternatives, mistakes, variants
+from workbook.grading import FAILING, NOT_STARTED, PASSING, TIMED_OUT, WAITING, aggregate, diagnosis
+from workbook.mirror import stubbed_functions
 from workbook.typecheck import explain_type_error
+
+
+def registries() -> dict[str, variants.Registry]:
+    """{'mistake': ..., 'alternative': ...} (here, above both: ``workbook.variants`` imports neither)."""
+    return {"mistake": mistakes.REGISTRY, "alternative": alternatives.REGISTRY}
+
+
+def from_choice(choice: str) -> variants.Variant:
+    """The variant an ``--impl`` value like 'mistake:PART:EXERCISE:NAME' names (KeyError if none)."""
+    kind, _, variant_id = choice.partition(variants.SEPARATOR)
+    found = registries().get(kind)
+    if found is None:
+        raise KeyError(f"unknown kind of variant {kind!r} in {choice!r}")
+    return found.get(variant_id)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 EXERCISES_DIR = ROOT / "exercises"
@@ -70,7 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
     choice = config.getoption("--impl") or os.environ.get("WORKBOOK_IMPL") or "exercises"
     if choice not in CHOICES:
         try:
-            variants.from_choice(choice)  # fail early on a typo
+            from_choice(choice)  # fail early on a typo
         except KeyError as e:
             raise pytest.UsageError(f"--impl must be one of {', '.join(CHOICES)}, mistake:PART:EXERCISE:NAME or "
                                     f"alternative:PART:EXERCISE:NAME, got {choice!r} ({e.args[0]})") from None
@@ -126,7 +147,7 @@ def load_variant(choice: str):
     (not a patched original) so the module's own functions see the swapped-in version too.
     """
     if choice not in _loaded:
-        v = variants.from_choice(choice)
+        v = from_choice(choice)
         name = f"solutions.{v.part}__{v.kind}__{v.exercise}__{v.name}"
         spec = importlib.util.spec_from_file_location(name, ROOT / "solutions" / f"{v.part}.py")
         module = importlib.util.module_from_spec(spec)
@@ -177,7 +198,7 @@ def _seed_everything():
 def _variants_in_run(config: pytest.Config) -> list:
     """The variants this run covers: the kinds --impl asks for, then every K-th of --variant-shard."""
     if not hasattr(config, "_workbook_variants"):
-        found = [v for kind in VARIANT_RUNS[config.workbook_impl] for v in variants.registries()[kind].all()]
+        found = [v for kind in VARIANT_RUNS[config.workbook_impl] for v in registries()[kind].all()]
         shard, shards = config.workbook_shard
         config._workbook_variants = found[shard::shards]
     return config._workbook_variants
@@ -325,11 +346,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         stub = _stub_location(call.excinfo)
     if stub is not None:
         found = _exercise_of(item)
-        own = found and stub.split("::")[1].split(".")[0] == found[1]
-        message = f"not started: fill in {stub}" if own or not found else f"not started: needs {stub}"
+        stub_part, stub_name = Path(stub.split("::")[0]).stem, stub.split("::")[1]
+        own = found and (stub_part, stub_name.split(".")[0]) == found[:2]
         report.outcome = "skipped"
+        if found and not own and _is_written(*found[:2]):
+            message, report.workbook_outcome = f"waiting on {stub_part}.{stub_name}", WAITING
+        else:
+            message = f"not started: fill in {stub}" if own else f"not started: needs {stub}"
+            report.workbook_outcome = NOT_STARTED
         report.longrepr = (str(item.path), item.location[1] or 0, message)
-        report.workbook_outcome = NOT_STARTED
     if failed_here and stub is None and str(call.excinfo.value).startswith("wrong answer from"):
         # Our own explanation says everything; a traceback through the harness adds nothing.
         where = f"{item.path.name}:{item.location[1] + 1 if item.location[1] is not None else '?'}"
@@ -345,8 +370,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if found is None:
             return
         part, exercise, _ = found
-        if getattr(report, "workbook_outcome", None) == NOT_STARTED:
-            status, message = NOT_STARTED, report.longrepr[2]
+        if getattr(report, "workbook_outcome", None) in (NOT_STARTED, WAITING):
+            status, message = report.workbook_outcome, report.longrepr[2]
         elif report.failed and (getattr(item, "workbook_timed_out", None) or (
                 call.excinfo is not None and call.excinfo.errisinstance(ExerciseHung)
                 and call.excinfo.value.exercise == exercise)):
@@ -357,14 +382,42 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             status, message = "skipped", str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
         else:
             status, message = "failed", _failure_text(call)
+        if status in (FAILING, TIMED_OUT, "failed") and config.workbook_impl not in VARIANT_RUNS:
+            _shorten_repeated_failure(item, report, part, exercise, message)
         record = {"kind": "result", "nodeid": item.nodeid, "part": part, "exercise": exercise,
                   "outcome": status, "message": message[:4000], "duration": round(report.duration, 3)}
         if getattr(item, "callspec", None) and "impl" in item.callspec.params:
-            v = variants.from_choice(item.callspec.params["impl"])
+            v = from_choice(item.callspec.params["impl"])
             record["variant"] = v.choice
             record[v.kind] = v.id  # record["mistake"] or record["alternative"]
             record["full_text"] = str(report.longrepr)[-20000:]
         _record(config, record)
+
+
+_WRITTEN: dict[str, set[str]] = {}
+
+
+def _is_written(part: str, exercise: str) -> bool:
+    """Whether exercises/<part>.py holds ``exercise`` with no stubbed function or method left."""
+    if part not in _WRITTEN:
+        path = EXERCISES_DIR / f"{part}.py"
+        try:
+            _WRITTEN[part] = {name.split(".")[0] for name in stubbed_functions(path)}
+        except (OSError, SyntaxError):
+            _WRITTEN[part] = set()
+    return exercise not in _WRITTEN[part]
+
+
+def _shorten_repeated_failure(item: pytest.Item, report: pytest.TestReport, part: str, exercise: str, message: str) -> None:
+    """The exercise's first failure stays in full; later ones become the test and the diagnosis."""
+    shown = item.config.__dict__.setdefault("_workbook_failures_shown", {})
+    first, first_diagnosis = shown.setdefault((part, exercise), (item.nodeid, diagnosis(message)))
+    if first == item.nodeid:
+        return
+    where = f"{item.path.name}:{item.location[1] + 1 if item.location[1] is not None else '?'}"
+    said = diagnosis(message)
+    said = f"the same diagnosis as {first.split('::')[-1]} above" if said == first_diagnosis else said
+    report.longrepr = f"{item.name} ({where}): {said} (select this test alone to see it in full)"
 
 
 def _failure_text(call: pytest.CallInfo) -> str:
@@ -391,16 +444,42 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                                             "every test of their exercise")
         return
     rows = aggregate(records)
-    if not rows:
+    skips = _skip_reasons(terminalreporter)
+    if not rows and not skips:
         return
     impl = config.workbook_impl
     terminalreporter.write_sep("=", f"workbook progress (--impl={impl})")
-    width = max(len(f"{r.part}.{r.exercise}") for r in rows)
+    width = max([len(f"{r.part}.{r.exercise}") for r in rows] + [1])
     for r in rows:
-        marks = {PASSING: "✓", FAILING: "✗", TIMED_OUT: "✗", NOT_STARTED: "·"}
-        extra = f"  {r.detail.removeprefix('not started: ')}" if r.status == NOT_STARTED else (
-            f"  ({r.tests - r.passed} of {r.tests} tests fail)" if r.status in (FAILING, TIMED_OUT) else "")
+        marks = {PASSING: "✓", FAILING: "✗", TIMED_OUT: "✗", NOT_STARTED: "·", WAITING: "…"}
+        if r.status == NOT_STARTED:
+            extra = f"  {r.detail.removeprefix('not started: ')}"
+        elif r.status == WAITING:
+            extra = r.detail.removeprefix(WAITING)  # so the row reads "waiting on part1_ppo_core.NAME"
+        elif r.status in (FAILING, TIMED_OUT):
+            extra = f"  ({r.tests - r.passed} of {r.tests} tests fail): {r.detail}"
+        else:
+            extra = ""
         name = f"{r.part}.{r.exercise}"
         terminalreporter.write_line(f"  {marks.get(r.status, '?')} {name:<{width}}  {r.status}{extra}")
-    total, most = sum(r.points for r in rows), sum(r.max_points for r in rows)
-    terminalreporter.write_line(f"  points: {total}/{most}")
+    if rows:
+        total, most = sum(r.points for r in rows), sum(r.max_points for r in rows)
+        terminalreporter.write_line(f"  points: {total}/{most}")
+    for reason, count in skips.items():
+        terminalreporter.write_line(f"  {count} skipped: {reason}")
+
+
+def _skip_reasons(terminalreporter) -> dict[str, int]:
+    """Why tests that grade no exercise were skipped (graded ones have their row), reason → count."""
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        if getattr(report, "workbook_outcome", None) and _exercise_marked(report):
+            continue
+        longrepr = report.longrepr
+        reason = str(longrepr[2] if isinstance(longrepr, tuple) else longrepr).removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return reasons
+
+
+def _exercise_marked(report: pytest.TestReport) -> bool:
+    return "exercise" in getattr(report, "keywords", {})

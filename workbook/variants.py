@@ -97,22 +97,6 @@ class Registry:
             raise KeyError(f"unknown {self.cls.kind} {variant_id!r}; known: {sorted(self._entries)}") from None
 
 
-def registries() -> dict[str, Registry]:
-    """{'mistake': ..., 'alternative': ...}"""
-    from workbook import alternatives, mistakes
-
-    return {"mistake": mistakes.REGISTRY, "alternative": alternatives.REGISTRY}
-
-
-def from_choice(choice: str) -> Variant:
-    """The variant an ``--impl`` value like 'mistake:PART:EXERCISE:NAME' names (KeyError if none)."""
-    kind, _, variant_id = choice.partition(SEPARATOR)
-    found = registries().get(kind)
-    if found is None:
-        raise KeyError(f"unknown kind of variant {kind!r} in {choice!r}")
-    return found.get(variant_id)
-
-
 # --- the meta-run: the suite on every variant, sharded over processes --------------------------
 
 def start_suite_on_variants(kinds: str = "variants", jobs: int | None = None) -> "VariantRun":

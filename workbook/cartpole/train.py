@@ -7,19 +7,22 @@
 
 Each seed writes ``runs/<run-name>/``:
   metrics.jsonl        one line per learning phase (what is also logged to wandb)
-  learning_curve.png   episode returns against environment steps (no wandb needed)
+  learning_curve.png   episode returns against environment steps (no wandb needed); Part 4 adds σ below
   agent.pt             the final actor and critic (state dicts) and the PPOArgs
   wandb/               the wandb run — offline unless you ask for ``--wandb online``
                        (upload later with ``wandb sync runs/<run-name>/wandb/offline-run-*``)
   video/               with ``--video``: one greedy episode as MP4 (needs ``pip install moviepy pygame``)
   checkpoint.pt        everything needed to continue (``--resume``), every ``--checkpoint-every`` updates and at the end
   summary.json         the full configuration and the outcome
-and ends with a greedy evaluation over 20 episodes; CartPole-v1 is solved at a mean of ≥ 475.
+With several seeds, ``runs/<run-name>-seeds.png`` (``cartpole-<impl>-seeds-<time>.png`` by
+default) draws them together: each seed, their mean, and the band from the lowest to the highest.
+Each seed ends with a greedy evaluation over 20 episodes; CartPole-v1 is solved at a mean of ≥ 475.
 While training, a greedy check runs whenever the recent episodes look good; the run stops at the
 first check that passes (``--full-budget`` trains every step instead). The exit status is 0 when
-every seed solved it, 130 after Ctrl-C, 3 when a NaN or inf stopped it. An existing run folder is
-never overwritten: reusing a ``--run-name`` is an error unless ``--overwrite`` is given (which
-replaces the old run).
+every seed solved it, else 1 — except under torchrun, which reports a non-zero exit as a crash:
+there it is 0 once training finished, and rank 0 prints "not solved for seed …" in one line.
+After Ctrl-C it is 130, after a NaN or inf 3. An existing run folder is never overwritten:
+reusing a ``--run-name`` is an error unless ``--overwrite`` is given (which replaces the old run).
 
 Owning the run afterwards:
     python -m workbook evaluate runs/<run-name> [--episodes 100] [--sample] [--video]
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -46,11 +50,13 @@ import numpy as np
 import torch
 
 from workbook import distributed
+from workbook.cartpole.curves import plot_learning_curve, plot_seeds
 from workbook.cartpole.evaluate import SOLVED_RETURN, evaluate_greedy
-from workbook.cli import make_parser, parse_overrides, require, require_at_least, require_divides, require_in
 from workbook.checkpoints import (CHECKPOINT, INTERRUPTED, LAYOUT, NON_FINITE, Abandoned, AppendLog, StopSignals,
                                   env_trainer_state, episode_seed, first_non_finite, load_run, non_finite_weights,
                                   restore_env_trainer, save, write_json)
+from workbook.cli import (add_seeds_option, make_parser, parse_overrides, require, require_at_least, require_divides,
+                          require_in, require_unique_seeds)
 from workbook.runs import (WANDB_MODES, ConfigError, check_can_create, check_new_run_dir, command, new_run_dir,
                            start_wandb)
 from workbook.typecheck import set_shape_checks
@@ -84,6 +90,10 @@ class Task:
     """The arguments dataclass in the part's module."""
     run_prefix: Callable[[Any], str] | None = None
     """args → the run folders' default prefix (default: ``name``)."""
+    run_name_pattern: str = "cartpole"
+    """How ``--help`` describes that prefix."""
+    video_modules: tuple[str, ...] = ("moviepy", "pygame")
+    """What ``--video`` needs installed (checked before training): moviepy writes the MP4, pygame draws classic control."""
     check_fraction: float = 0.8
     """Run the greedy solve check once the last 10 training episodes average this fraction of the goal."""
 
@@ -94,17 +104,19 @@ def parse_args(argv: list[str] | None, ppo_args: type, task: Task | None = None)
     parser.add_argument("--impl", choices=("exercises", "solutions"), default="exercises",
                         help=f"whose {task.part} to train: yours (exercises, default) or the reference (solutions)")
     task.add_options(parser)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1], help="one run per seed (default: 1)")
+    add_seeds_option(parser, [1], "one run per seed, e.g. --seeds 1 2 3")
     parser.add_argument("--total-timesteps", type=int, default=None, help="override PPOArgs.total_timesteps")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override any PPOArgs field, e.g. --set learning_rate=1e-3 (repeatable)")
     parser.add_argument("--wandb", choices=WANDB_MODES, default="offline",
                         help="offline (default: written under the run directory, no account needed), online, or disabled")
     parser.add_argument("--wandb-project", default="ppo-rlhf-workbook")
-    parser.add_argument("--run-name", default=None, help=f"default: {task.name}-<impl>-seed<seed>-<time>")
+    parser.add_argument("--run-name", default=None, help=f"default: {task.run_name_pattern}-<impl>-seed<seed>-<time>"
+                        " (with several seeds: <run-name>-seed<seed>)")
     parser.add_argument("--runs-dir", default="runs", help="parent directory of the run directories")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run of the same name (default: refuse)")
-    parser.add_argument("--video", action="store_true", help="record one greedy episode (needs moviepy and pygame)")
+    parser.add_argument("--video", action="store_true",
+                        help=f"record one greedy episode (needs {' and '.join(task.video_modules)}: pip install -e '.[video]')")
     parser.add_argument("--eval-episodes", type=int, default=20, help="greedy evaluation episodes at the end (≥ 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
     parser.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
@@ -140,8 +152,12 @@ def check_settings(options: argparse.Namespace, ppo_args: type, task: Task | Non
     require_at_least("--eval-episodes", options.eval_episodes, 1)
     if options.checkpoint_every is not None:
         require_at_least("--checkpoint-every", options.checkpoint_every, 1)
-    require(len(set(options.seeds)) == len(options.seeds), "--seeds", f"repeated seed in {options.seeds}")
-    (task or CARTPOLE).check_env(values["env_id"])
+    require_unique_seeds(options.seeds)
+    task = task or CARTPOLE
+    missing = [name for name in task.video_modules if importlib.util.find_spec(name) is None] if options.video else []
+    require(not missing, "--video", f"needs {' and '.join(missing)}, not installed: pip install -e '.[video]' "
+                                    "(or leave --video out)")
+    task.check_env(values["env_id"])
     try:  # the learner's PPOArgs may check more; its ValueError is still one line
         return [ppo_args(**(options.overrides | {"seed": seed})) for seed in options.seeds]
     except ValueError as error:
@@ -167,28 +183,6 @@ def check_env(env_id: str, continuous: bool = False, field: str = "env_id") -> N
         raise ConfigError(field, f"{env_id} has a {type(action_space).__name__} action space; this agent needs {needs}{hint}")
     require(isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1, field,
             f"{env_id} has observations {obs_space}; this agent needs a 1-D Box")
-
-
-def plot_learning_curve(episodes: list[tuple[int, float]], path: Path, title: str,
-                        solved_return: float = SOLVED_RETURN, ylim: tuple[float, float] | None = (0, 520)) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    if episodes:
-        steps, returns = np.array(episodes).T
-        ax.scatter(steps, returns, s=4, alpha=0.3, label="episode return")
-        window = min(20, len(returns))
-        smooth = np.convolve(returns, np.ones(window) / window, mode="valid")
-        ax.plot(steps[window - 1:], smooth, color="C1", label=f"mean of last {window}")
-    ax.axhline(solved_return, color="grey", linestyle="--", linewidth=1, label=f"solved ({solved_return:g})")
-    ax.set(xlabel="environment steps", ylabel="return", title=title, ylim=ylim)
-    ax.legend(loc="best")  # the curve rises: usually upper left or lower right is free
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def record_video(actor: torch.nn.Module, env_id: str, folder: Path, seed: int,
@@ -232,6 +226,12 @@ def run_names(options: argparse.Namespace, prefix: str = "cartpole") -> list[str
     if options.run_name:
         return [options.run_name] if len(options.seeds) == 1 else [f"{options.run_name}-seed{s}" for s in options.seeds]
     return [f"{prefix}-{options.impl}-seed{s}-{stamp}" for s in options.seeds]
+
+
+def seeds_plot_name(names: list[str], seeds: list[int]) -> str:
+    """The several-seeds figure's file name, from the run folders' names: ``-seed<first>`` becomes ``-seeds``."""
+    head, _, tail = names[0].rpartition(f"-seed{seeds[0]}")
+    return f"{head}-seeds{tail}.png"
 
 
 def train_one(module, options: argparse.Namespace, args, run_name: str, task: Task | None = None,
@@ -280,6 +280,7 @@ def _train_main_rank(module, options: argparse.Namespace, args, run_name: str, t
                       config=dataclasses.asdict(args) | {"impl": options.impl}, run_id=wandb_id)
     wandb_id = run.id if run is not None else wandb_id
     episodes: list[tuple[int, float]] = list(map(tuple, resume["episodes"])) if resume else []  # (global step, return)
+    sigma: list[tuple[int, float]] = list(map(tuple, resume["sigma"])) if resume else []  # (global step, policy σ), Part 4
     metrics = AppendLog(run_dir / "metrics.jsonl", keep=(lambda r: r.get("phase", 0) <= start_phase) if resume else None)
     progress = None
     if not options.no_progress:
@@ -298,12 +299,13 @@ def _train_main_rank(module, options: argparse.Namespace, args, run_name: str, t
 
     def snapshot(global_step: int) -> dict:
         """The state after the last finished update: what a checkpoint holds."""
-        return {"trainer": env_trainer_state(trainer), "episodes": len(episodes), "global_step": global_step,
-                "train_seconds": seconds_before + time.perf_counter() - start}
+        return {"trainer": env_trainer_state(trainer), "episodes": len(episodes), "sigma": len(sigma),
+                "global_step": global_step, "train_seconds": seconds_before + time.perf_counter() - start}
 
     def checkpoint(good: dict, status: str) -> dict:
         return {"layout": LAYOUT, "command": task.name, "impl": options.impl, "args": dataclasses.asdict(args),
                 "options": saved_options(options), "trainer": good["trainer"], "episodes": episodes[:good["episodes"]],
+                "sigma": sigma[:good["sigma"]],
                 "global_step": good["global_step"], "train_seconds": good["train_seconds"], "status": status,
                 "solved_at": outcome["solved_at"], "wandb_id": wandb_id, "world_size": ctx.world_size}
 
@@ -314,6 +316,8 @@ def _train_main_rank(module, options: argparse.Namespace, args, run_name: str, t
         nonlocal good
         elapsed = seconds_before + time.perf_counter() - start
         episodes.extend((report.global_step, r) for r, _ in report.episodes)
+        if "std" in report.stats:
+            sigma.append((report.global_step, float(report.stats["std"])))
         recent = [r for _, r in episodes[-20:]]
         record = {"global_step": report.global_step, "phase": report.phase, "sps": report.global_step / elapsed,
                   **{f"losses/{k}": v for k, v in report.stats.items()}}
@@ -368,7 +372,7 @@ def _train_main_rank(module, options: argparse.Namespace, args, run_name: str, t
         progress.close()
     metrics.close()
     try:
-        return finish_run(module, options, args, task, trainer, run, run_dir, episodes, outcome,
+        return finish_run(module, options, args, task, trainer, run, run_dir, episodes, sigma, outcome,
                           checkpoint(good, outcome["status"]), seconds_before + time.perf_counter() - start)
     except Abandoned:  # a signal again while writing: the checkpoint of the last finished update at least
         save(checkpoint(good, "interrupted"), run_dir / CHECKPOINT)
@@ -382,8 +386,8 @@ def saved_options(options: argparse.Namespace) -> dict:
                                              "wandb_project", "video")}
 
 
-def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, episodes: list, outcome: dict,
-               state: dict, train_seconds: float) -> dict:
+def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, episodes: list, sigma: list,
+               outcome: dict, state: dict, train_seconds: float) -> dict:
     """After the loop: checkpoint, summary, curve; and for a run that ended normally the evaluation, agent.pt, video."""
     seed, status = args.seed, outcome["status"]
     steps_done = state["global_step"]
@@ -400,7 +404,7 @@ def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, e
         write_json(summary, run_dir / "summary.json")
         plot_learning_curve(episodes, run_dir / "learning_curve.png",
                             f"PPO on {args.env_id} ({options.impl}, seed {seed}): {status} at step {steps_done}",
-                            solved_return, task.ylim)
+                            solved_return, task.ylim, sigma)
         if run is not None:
             run.summary.update({"status": status})
             run.finish(exit_code=1)
@@ -434,7 +438,7 @@ def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, e
     write_json(summary | {"evaluation": evaluation}, run_dir / "summary.json")
     plot_learning_curve(episodes, run_dir / "learning_curve.png",
                         f"PPO on {args.env_id} ({options.impl}, seed {seed}): greedy eval {returns.mean():.0f}",
-                        solved_return, task.ylim)
+                        solved_return, task.ylim, sigma)
     video = (record_video(trainer.actor, args.env_id, run_dir / "video", seed, task.greedy_action(module, trainer))
              if options.video else None)
     if run is not None:
@@ -448,7 +452,8 @@ def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, e
     print(f"wrote {run_dir}/: metrics.jsonl, learning_curve.png, agent.pt, {CHECKPOINT}, summary.json"
           + (", wandb/" if run is not None else "") + (", video/" if video is not None else ""), flush=True)
     return {"seed": seed, "solved": solved, "status": status, "mean_return": float(returns.mean()),
-            "train_seconds": train_seconds, "run_dir": str(run_dir)}
+            "train_seconds": train_seconds, "run_dir": str(run_dir), "episodes": episodes, "sigma": sigma,
+            "solved_return": solved_return}
 
 
 CARTPOLE = Task(
@@ -545,6 +550,9 @@ def run_command(argv: list[str] | None, task: Task) -> int:
                 "(torchrun --nproc_per_node)")
     for name in names if distributed.is_main() and not saved else []:
         check_new_run_dir(options.runs_dir, name, options.overwrite)
+    seeds_plot = Path(options.runs_dir) / seeds_plot_name(names, options.seeds) if len(names) > 1 else None
+    if seeds_plot is not None and seeds_plot.exists() and not options.overwrite and distributed.is_main():
+        raise ConfigError("--run-name", f"{seeds_plot} already exists; pick another --run-name or pass --overwrite")
     results = []
     for args, name in zip(all_args, names):
         try:
@@ -560,8 +568,19 @@ def run_command(argv: list[str] | None, task: Task) -> int:
         for r in results:
             print(f"{r['seed']:>4}  {str(r['solved']):>6}  {r.get('mean_return', float('nan')):>11.1f}  "
                   f"{r.get('train_seconds', float('nan')):>7.1f}")
+        plot_seeds({r["seed"]: (r["episodes"], r["sigma"]) for r in results if "episodes" in r}, seeds_plot,
+                   f"PPO on {all_args[0].env_id} ({impl})", task.solved_return(all_args[0].env_id), task.ylim)
+        print(f"wrote {seeds_plot} (every seed, their mean and spread)")
     if any(r["status"] == "non-finite" for r in results):
         return NON_FINITE
+    if distributed.context().enabled:
+        # torchrun reports any rank's non-zero exit as a crash (a ChildFailedError traceback): a finished
+        # run that did not solve the task exits 0 here, and rank 0 says so in one line instead.
+        unsolved = [r["seed"] for r in results if not r["solved"]]
+        if unsolved and distributed.is_main():
+            print(f"not solved for seed{'s' * (len(unsolved) > 1)} {' '.join(map(str, unsolved))} (under torchrun the "
+                  "exit status is 0 once training finished; the plain command exits 1)", flush=True)
+        return 0
     return 0 if all(r["solved"] for r in results) else 1
 
 

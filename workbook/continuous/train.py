@@ -12,7 +12,8 @@ field of ``ContinuousPPOArgs``); ``agent.pt`` also holds both normalisers' stati
 which the saved actor would see inputs on the wrong scale; and the greedy evaluation (20
 episodes) takes the mean action of observations normalised with those statistics frozen.
 Solved: InvertedPendulum-v5 ≥ 950, Hopper-v5 ≥ 2000, HalfCheetah-v5 ≥ 1500 (our benchmarks'
-goals). The exit status is 0 when every seed solved it.
+goals). The exit status is 0 when every seed solved it, else 1 (0 under torchrun, where rank 0
+says "not solved" in one line: torchrun would report a 1 as a crash).
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ CONTINUOUS = Task(
     add_options=add_options,
     overrides=lambda options: PRESETS.get(options.env, {}) | {"env_id": options.env},
     run_prefix=lambda args: args.env_id.split("-")[0].lower(),
+    run_name_pattern="<env, e.g. invertedpendulum>",
+    video_modules=("moviepy",),  # MuJoCo renders with OpenGL (MUJOCO_GL), checked when the video is recorded
 )
 
 

@@ -6,9 +6,10 @@ model from scratch on the CPU in under a minute, and `load_or_pretrain`
 keeps the result under a cache directory keyed by a hash of the settings, so
 it is trained once per machine and configuration.
 
-    python -m workbook.lm.pretrain                 # default model: trained once, then read from the cache
-    python -m workbook.lm.pretrain --force         # retrain it
-    python -m workbook.lm.pretrain --steps 200 --out /tmp/lm.pt
+    python -m workbook pretrain                    # default model: trained once, then read from the cache
+    python -m workbook pretrain --overwrite        # retrain it (replacing the cached one)
+    python -m workbook pretrain --seeds 0 1 2      # one model per seed (each cached)
+    python -m workbook pretrain --steps 200 --out /tmp/lm.pt
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import torch.nn.functional as F
 from jaxtyping import Int
 from torch import Tensor
 
-from workbook.cli import add_dataclass_arguments, dataclass_from_args, make_parser, require, require_at_least, require_positive
+from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, require, require_at_least,
+                          require_positive, require_unique_seeds)
 from workbook.lm.corpus import MAX_REVIEW_CHARS, generate_reviews, review_prompts
 from workbook.lm.model import GPT, GPTConfig, load_checkpoint, sample_texts, save_checkpoint
 from workbook.lm.tokenizer import CharTokenizer
@@ -274,23 +276,34 @@ def validate(args: PretrainArgs) -> None:
 @command
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser("python -m workbook pretrain", __doc__.split("\n\n")[0])
-    add_dataclass_arguments(parser, PretrainArgs)
+    add_dataclass_arguments(parser, PretrainArgs, skip=("seed",))
+    add_seeds_option(parser, [PretrainArgs.seed], "one model per seed")
     parser.add_argument("--out", default=None,
-                        help="train and save here (default: the cache, where load_or_pretrain finds it)")
-    parser.add_argument("--force", action="store_true", help="retrain even if the cache already holds this model")
+                        help="train and save here (default: the cache, where load_or_pretrain finds it); one seed only")
+    parser.add_argument("--overwrite", action="store_true", help="retrain even if the cache already holds this model")
     parser.add_argument("--samples", type=int, default=8, help="sample generations printed at the end")
     ns = parser.parse_args(argv)
-    args = dataclass_from_args(PretrainArgs, ns)
-    validate(args)
+    require_unique_seeds(ns.seeds)
+    require(ns.out is None or len(ns.seeds) == 1, "--out", "names one file: give one seed")
+    all_args = [dataclass_from_args(PretrainArgs, ns, seed=seed) for seed in ns.seeds]
+    validate(all_args[0])
     require_at_least("--samples", ns.samples, 0)
     if ns.out:
         check_can_create(ns.out, "--out")
+    for args in all_args:
+        pretrain_one(args, ns)
+    return 0
 
+
+def pretrain_one(args: PretrainArgs, ns) -> None:
+    """Train (or read from the cache) one model, print its losses and a few samples."""
+    if len(ns.seeds) > 1:
+        print(f"== seed {args.seed} ==", flush=True)
     cached = checkpoint_path(args)
-    if ns.out is None and not ns.force and cached.exists():
+    if ns.out is None and not ns.overwrite and cached.exists():
         model, tok, extra = load_checkpoint(cached)
         stats = extra["stats"]
-        print(f"using the cached model {cached} (--force retrains)")
+        print(f"using the cached model {cached} (--overwrite retrains)")
     else:
         model, tok, stats = pretrain(args, progress=True)
         out = Path(ns.out) if ns.out else cached
@@ -302,7 +315,6 @@ def main(argv: list[str] | None = None) -> int:
         prompts = review_prompts(ns.samples, seed=args.seed + 7)
         for text in sample_texts(model, tok, prompts, max_new_tokens=args.block_size, temperature=1.0, seed=args.seed):
             print("  " + text)
-    return 0
 
 
 if __name__ == "__main__":

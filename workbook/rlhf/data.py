@@ -33,6 +33,8 @@ class Rollout:
     responses: list[Tensor]
     texts: list[str]
     """prompt + decoded response (specials dropped): what the reward sees."""
+    completions: list[str]
+    """The decoded responses alone (specials dropped)."""
     finished: list[bool]
     """Whether the response ended with EOS (False: cut off at max_new_tokens)."""
 
@@ -49,9 +51,10 @@ def rollout(lm: GPT, tok: CharTokenizer, prompts: list[str], *, max_new_tokens: 
         room = lm.config.block_size - ids.shape[1]
         responses += lm.generate(ids, mask, max_new_tokens=min(max_new_tokens, room), eos_id=tok.eos_id,
                                  pad_id=tok.pad_id, temperature=temperature, generator=generator)
-    texts = [p + tok.decode(r) for p, r in zip(prompts, responses)]
+    completions = [tok.decode(r) for r in responses]
+    texts = [p + c for p, c in zip(prompts, completions)]
     finished = [bool(r[-1] == tok.eos_id) for r in responses]
-    return Rollout(prompts, queries, responses, texts, finished)
+    return Rollout(prompts, queries, responses, texts, completions, finished)
 
 
 def prompt_batch(batch_size: int, seed: int, iteration: int) -> list[str]:

@@ -1,4 +1,8 @@
-"""The reward the trainer optimises: VADER sentiment, the learned reward model, or a Hugging Face classifier."""
+"""The review task's reward: VADER sentiment, the learned reward model, or a Hugging Face sentiment classifier.
+
+A classifier (``--reward NAME_OR_PATH``, e.g. ``lvwerra/distilbert-imdb``) scores a text with the raw
+logit of its positive label, as in TRL's ``gpt2-sentiment`` example.
+"""
 
 from __future__ import annotations
 
@@ -33,8 +37,6 @@ def make_scorer(kind: str, tok: CharTokenizer, *, impl: str = "solutions", quiet
     except ImportError:
         raise ConfigError("--reward", f"{kind!r} would be a Hugging Face classifier, which needs the hf extra: "
                                       "pip install -e '.[hf]'") from None
-    from workbook.hf.tasks import ClassifierScorer
-
     return ClassifierScorer(kind, device=device)
 
 
@@ -55,3 +57,42 @@ def missing_eos_scores(scores: Tensor, finished: list[bool], score: float) -> Te
     """
     done = torch.tensor(finished, dtype=torch.bool, device=scores.device)
     return torch.where(done, scores, torch.full_like(scores, score))
+
+
+class ClassifierScorer:
+    """texts → the raw logit of the positive label of a sequence classifier (float32, on the CPU)."""
+
+    def __init__(self, name_or_path: str, *, device: str | torch.device = "cpu", batch_size: int = 64):
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from workbook.hf.model import _why_not_loaded, quiet_hub
+
+        quiet_hub()
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+            self.model = AutoModelForSequenceClassification.from_pretrained(name_or_path).to(device).eval()
+        except (OSError, ValueError) as error:
+            raise ConfigError("--reward", _why_not_loaded(name_or_path, error, Path(name_or_path).is_dir())) from None
+        self.label = positive_label(self.model.config.id2label)
+        if self.tokenizer.pad_token is None:  # GPT-2-style classifiers: padding is masked anyway
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+            self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self.device, self.batch_size = device, batch_size
+
+    @torch.no_grad()
+    def __call__(self, texts: list[str]) -> Tensor:
+        out = []
+        for i in range(0, len(texts), self.batch_size):
+            enc = self.tokenizer(texts[i:i + self.batch_size], padding=True, truncation=True, return_tensors="pt").to(self.device)
+            out.append(self.model(**enc).logits[:, self.label].float().cpu())
+        return torch.cat(out)
+
+
+def positive_label(id2label: dict[int, str]) -> int:
+    """The index of the label that means "positive" (``POSITIVE``, ``pos``, ``LABEL_1`` of two)."""
+    for i, name in id2label.items():
+        if str(name).lower().startswith("pos"):
+            return int(i)
+    if len(id2label) == 2:
+        return 1
+    raise ConfigError("--reward", f"cannot tell which label is positive among {sorted(id2label.values())}")

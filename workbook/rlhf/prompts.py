@@ -1,9 +1,12 @@
-"""Prompts and rewards for RLHF on a Hugging Face model: the classic TRL task and local stand-ins.
+"""The review task's prompts: the corpus' openers, IMDB review openers, or a file.
 
+- ``--prompts reviews`` (default): openers such as "the plot" from the generated corpus
+  (``workbook.lm.corpus``), fresh ones every iteration, seeded per (seed, iteration).
 - ``--prompts imdb``: IMDB reviews cut to their first 2–8 tokens (TRL's ``gpt2-sentiment``
-  example); needs the ``datasets`` package and the hub. ``--prompts FILE``: one prompt a line.
-- ``--reward NAME_OR_PATH``: a sequence classifier (e.g. ``lvwerra/distilbert-imdb``); the score
-  of a text is the raw logit of its positive label, as in TRL's example.
+  example); needs the ``datasets`` package and the hub, and a Hugging Face model (``--model``).
+- ``--prompts FILE``: one prompt a line (the same lines for training and evaluation).
+
+Every source has ``batch(size, seed, iteration)`` and ``eval(n)``.
 """
 
 from __future__ import annotations
@@ -11,10 +14,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import torch
-from torch import Tensor
-
 from workbook.hf.model import HFTokenizer, _why_not_loaded, quiet_hub
+from workbook.rlhf.data import REVIEW_PROMPTS
 from workbook.runs import ConfigError
 
 
@@ -74,47 +75,14 @@ def imdb_prompts(tok: HFTokenizer) -> PromptPool:
     return PromptPool(train, heldout, tok)
 
 
-def load_prompts(spec: str, tok: HFTokenizer) -> PromptPool:
-    """``imdb``, or a file of prompts."""
+def load_prompts(spec: str, tok: HFTokenizer | None):
+    """``reviews`` (the corpus' openers), ``imdb``, or a file of prompts; ``tok`` is None for the review GPT."""
+    if spec == "reviews":
+        return REVIEW_PROMPTS
+    if tok is None:
+        raise ConfigError("--prompts", f"--prompts {spec} needs --model (the review GPT only knows its own openers)")
     if spec == "imdb":
         return imdb_prompts(tok)
     if Path(spec).is_file():
         return prompt_file(spec)
     raise ConfigError("--prompts", f"{spec!r} is not 'reviews', 'imdb' or a file of prompts (one per line)")
-
-
-class ClassifierScorer:
-    """texts → the raw logit of the positive label of a sequence classifier (float32, on the CPU)."""
-
-    def __init__(self, name_or_path: str, *, device: str | torch.device = "cpu", batch_size: int = 64):
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        quiet_hub()
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-            self.model = AutoModelForSequenceClassification.from_pretrained(name_or_path).to(device).eval()
-        except (OSError, ValueError) as error:
-            raise ConfigError("--reward", _why_not_loaded(name_or_path, error, Path(name_or_path).is_dir())) from None
-        self.label = positive_label(self.model.config.id2label)
-        if self.tokenizer.pad_token is None:  # GPT-2-style classifiers: padding is masked anyway
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-            self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        self.device, self.batch_size = device, batch_size
-
-    @torch.no_grad()
-    def __call__(self, texts: list[str]) -> Tensor:
-        out = []
-        for i in range(0, len(texts), self.batch_size):
-            enc = self.tokenizer(texts[i:i + self.batch_size], padding=True, truncation=True, return_tensors="pt").to(self.device)
-            out.append(self.model(**enc).logits[:, self.label].float().cpu())
-        return torch.cat(out)
-
-
-def positive_label(id2label: dict[int, str]) -> int:
-    """The index of the label that means "positive" (``POSITIVE``, ``pos``, ``LABEL_1`` of two)."""
-    for i, name in id2label.items():
-        if str(name).lower().startswith("pos"):
-            return int(i)
-    if len(id2label) == 2:
-        return 1
-    raise ConfigError("--reward", f"cannot tell which label is positive among {sorted(id2label.values())}")

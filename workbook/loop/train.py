@@ -1,0 +1,467 @@
+"""RLHF end to end: teach the pretrained review GPT to write positive reviews, with a KL leash.
+
+    python -m workbook rlhf --impl solutions          # the reference code
+    python -m workbook rlhf                           # your code from exercises/part3_rlhf.py (the default)
+    python -m workbook rlhf --impl solutions --kl-coef 0   # no leash: reward hacking / mode collapse
+    python -m workbook rlhf --impl solutions --reward model  # learned reward model instead of VADER
+    python -m workbook rlhf --impl solutions --algo grpo     # Part 5: grpo, rloo or dpo instead of PPO
+    python -m workbook rlhf --impl solutions --seeds 0 1 2   # one run per seed, and their mean ± spread
+    torchrun --standalone --nproc_per_node=2 -m workbook rlhf --impl solutions   # data-parallel (Part 6), any --algo
+
+The loop takes three things, each defined in one place with its own defaults: a **task**
+(``workbook/loop/task.py``: prompts, reward, evaluation — here the review task), a **model
+backend** (``backend.py``: the review GPT, or any Hugging Face causal LM with ``--model``) and an
+**algorithm** (``algorithms.py``: ppo, grpo, rloo, dpo). One iteration (:meth:`Run.iteration`):
+the algorithm picks the prompts, the policy writes a response to each (KV-cached sampling at
+``--temperature``), the task scores them, and the algorithm takes its step (PPO: forward
+passes of policy and frozen reference → per-token KL rewards → GAE → PPO epochs → KL-controller
+update). :meth:`Run.finish` evaluates and writes the run's outputs.
+
+Writes, under ``<runs-dir>/<run name>/``: ``metrics.jsonl`` (every stat of every iteration),
+``samples.jsonl`` (generations every ``--sample-every`` iterations), ``curves.png`` (the task's
+and the algorithm's panels against the iteration), ``summary.json`` (before/after evaluation)
+and ``policy.pt`` (the trained LM, loadable with ``workbook.lm.load_checkpoint``; with
+``--model``, a ``policy/`` folder that ``--model`` loads back). With several ``--seeds``, also
+``<runs-dir>/<name>-seeds/`` (``curves.png``: mean and min–max over the seeds; ``summary.json``).
+wandb logs the same stats and a table of samples, offline by default (``wandb sync`` uploads it later).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+
+from workbook import distributed
+from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require, require_at_least,
+                          require_choices, require_divides, require_in, require_positive)
+from workbook.loop.algorithms import ALGORITHMS, algo_defaults_help, apply_algo_defaults, given_options, make_algorithm
+from workbook.loop.backend import make_backend
+from workbook.loop.curves import save_curves, save_seed_curves
+from workbook.loop.task import ReviewTask, Task, apply_preset, check_review_options, review_task
+from workbook.rlhf.data import rollout
+from workbook.runs import ConfigError, check_new_run_dir, command, new_run_dir, start_wandb
+
+
+@dataclass
+class Args:
+    impl: Literal["exercises", "solutions"] = "exercises"
+    """Which part3_rlhf (and part5_beyond_ppo) to train with: exercises (yours) or solutions (the reference)."""
+    algo: Literal["ppo", "grpo", "rloo", "dpo"] = "ppo"
+    """ppo (Part 3), or Part 5's grpo, rloo or dpo (options for those at the end of this list)."""
+    seed: int = 0
+    """Seeds the prompts, the sampling and the minibatch order (on the command line: --seeds S [S ...], one run each)."""
+    reward: str = "vader"
+    """vader (the sentiment scorer itself), model (the learned reward model, trained and cached if missing), or a Hugging Face sentiment classifier (owner/name on the hub, or a folder; needs the hf extra)."""
+    model: str = ""
+    """A Hugging Face causal LM instead of the review GPT: a hub name (gpt2) or a save_pretrained folder (needs the hf extra)."""
+    prompts: str = "reviews"
+    """reviews (the corpus' openers), imdb (IMDB review openers; sets the TRL preset, see workbook/loop/task.py) or a file, one prompt a line (with --model)."""
+    device: str = "cpu"
+    """cpu or cuda (the review GPT is fastest on the CPU; a Hugging Face model wants cuda)."""
+    eos_trick: bool = False
+    """Score a response that never emitted EOS (cut off at --max-new-tokens) --missing-eos-score instead (TRL's missing_eos_penalty)."""
+    missing_eos_score: float = -1.0
+    """The fixed score of an unfinished response under --eos-trick."""
+    iterations: int = 150
+    """Iterations (one batch of samples each); a fixed count, so the same seed gives the same run.
+    150 PPO iterations take about 50 s on one CPU thread; the reward levels off at about 0.6-0.65 from iteration ~80."""
+    time_budget_s: float = 0.0
+    """Optionally stop after this many seconds of training (generation + scoring + updates); 0 = no limit."""
+    batch_size: int = 64
+    """Reviews sampled per iteration."""
+    mini_batch_size: int = 16
+    """Reviews per gradient step."""
+    ppo_epochs: int = 2
+    """Passes over each batch."""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate."""
+    kl_coef: float = 0.05
+    """Initial KL coefficient β; 0 turns the KL penalty (and its controller) off."""
+    adaptive_kl: bool = True
+    """Adapt β towards --kl-target (else keep it fixed)."""
+    kl_target: float = 4.5
+    """Target mean per-review KL (nats) of the adaptive controller."""
+    kl_horizon: float = 2_000.0
+    """Samples over which β may change by about ×e^0.2 (smaller: faster control)."""
+    kl_penalty: Literal["kl", "abs", "mse", "full", "k3"] = "kl"
+    """Per-token KL estimator in the rewards: kl, abs, mse, full or k3."""
+    ent_coef: float = 0.03
+    """Entropy bonus weight (keeps the word choice varied: without it the policy settles on one adjective)."""
+    temperature: float = 1.0
+    """Sampling temperature (the forward passes divide the logits by it too)."""
+    max_new_tokens: int = 110
+    """Longest response in characters (the corpus' reviews are at most 120 characters)."""
+    vf_coef: float = 0.1
+    """Value-loss weight."""
+    cliprange: float = 0.2
+    """Policy ratio clip ε."""
+    cliprange_value: float = 0.2
+    """Value clip ε_v."""
+    gamma: float = 1.0
+    """Discount over tokens."""
+    lam: float = 0.95
+    """GAE λ."""
+    eval_samples: int = 128
+    """Held-out prompts for the before/after evaluation."""
+    sample_every: int = 5
+    """Log a table of sample generations every this many iterations."""
+    wandb: Literal["offline", "online", "disabled"] = "offline"
+    """wandb mode: offline (default, no account needed), online, or disabled."""
+    runs_dir: str = "runs"
+    """Outputs go to <runs_dir>/<run name>/."""
+    run_name: str = ""
+    """Default: rlhf-<reward>-kl<kl_coef>-s<seed>-<time> (with several --seeds, <run name>-seed<S> each). An existing run of that name is refused unless --overwrite."""
+    overwrite: bool = False
+    """Replace an existing run folder of the same name (deleting the old run) instead of refusing."""
+    threads: int = 1
+    """torch threads (1 is fastest for this small model on a shared CPU)."""
+    quiet: bool = False
+    """Print only the before/after summary."""
+    progress: bool = True
+    """Show a progress bar over the iterations (--no-progress: none, e.g. in CI logs)."""
+    # Part 5 (--algo grpo|rloo|dpo). --kl-coef is their fixed β (in GRPO's loss, in RLOO's reward),
+    # --ppo-epochs their passes over a batch; --batch-size counts samples (GRPO/RLOO) or pairs (DPO).
+    group_size: int = 8
+    """grpo/rloo: samples per prompt; --batch-size must be a multiple of it."""
+    grpo_scale: Literal["group", "batch", "none"] = "group"
+    """grpo: advantage scaling, group (the paper), batch (this rank's batch under torchrun) or none (Dr. GRPO)."""
+    loss_normalisation: Literal["sequence", "token", "constant"] = "sequence"
+    """grpo/rloo: sequence (1/|o| per response), token (DAPO) or constant (Dr. GRPO, divides by --max-new-tokens)."""
+    dpo_beta: float = 0.1
+    """dpo: β of the implicit reward β·log(π/π_ref)."""
+
+
+def algo_args(algo: str, **overrides) -> Args:
+    """``Args`` for ``algo`` with its defaults, then ``overrides``."""
+    return Args(**({"algo": algo} | ALGORITHMS[algo].defaults | overrides))
+
+
+# --- options ------------------------------------------------------------------------------------
+
+def parse_command(argv: list[str] | None) -> tuple[Args, list[int]]:
+    """(the options, the seeds): algorithm defaults and the ``--prompts imdb`` preset for every option not given."""
+    parser = make_parser("python -m workbook rlhf", __doc__.split("\n\n")[0], epilog=algo_defaults_help())
+    add_seeds_option(parser, [Args.seed], "one run per seed, e.g. --seeds 0 1 2")
+    # quiet is for scripts (the benchmarks); the command line says --no-progress, as every command does.
+    add_dataclass_arguments(parser, Args, skip=("seed", "quiet", "progress"))
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar over the iterations (e.g. in CI logs)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="set any option by its field name, e.g. --set kl_coef=0.1 (repeatable; same as --kl-coef 0.1)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--seed" in argv or any(a.startswith("--seed=") for a in argv):
+        raise ConfigError("--seed", "unknown option; use --seeds S [S ...] (one run per seed)")
+    if "--run-dir" in argv or any(a.startswith("--run-dir=") for a in argv):
+        raise ConfigError("--run-dir", "unknown option; use --runs-dir DIR")
+    namespace = parser.parse_args(argv)
+    seeds = list(namespace.seeds)
+    overrides = parse_overrides(namespace.set, Args)
+    if "seed" in overrides:
+        raise ConfigError("--set", "seed is set with --seeds S [S ...]")
+    args = dataclass_from_args(Args, namespace, seed=seeds[0], **overrides)
+    given = given_options(argv) | set(overrides)
+    return apply_preset(apply_algo_defaults(args, given), given), seeds
+
+
+def parse_args(argv: list[str] | None) -> Args:
+    """The options of ``argv`` for its first seed."""
+    return parse_command(argv)[0]
+
+
+def validate(args: Args) -> None:
+    """Raise ConfigError for the first bad setting (before anything is loaded or written)."""
+    for name in ("iterations", "batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "eval_samples",
+                 "sample_every", "threads"):
+        require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 1)
+    for name in ("learning_rate", "kl_target", "kl_horizon", "temperature", "cliprange", "cliprange_value"):
+        require_positive(f"--{name.replace('_', '-')}", getattr(args, name))
+    for name in ("kl_coef", "ent_coef", "vf_coef", "time_budget_s"):
+        require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 0)
+    require_at_least("--seeds", args.seed, 0)
+    require_divides("--mini-batch-size", args.mini_batch_size, "--batch-size", args.batch_size)
+    require_in("--gamma", args.gamma, 0, 1, open_low=True)
+    require_in("--lam", args.lam, 0, 1)
+    require_choices(args)
+    require_positive("--dpo-beta", args.dpo_beta)
+    ALGORITHMS[args.algo].check(args)
+    require(args.device == "cpu" or (args.device.split(":")[0] == "cuda" and torch.cuda.is_available()), "--device",
+            f"{args.device!r}: expected cpu, or cuda (cuda:N) on a machine with a CUDA GPU")
+    check_review_options(args)
+    make_backend(args).check(args)
+
+
+def run_name(args: Args, stamp: str | None = None) -> str:
+    prefix = "rlhf" if args.algo == "ppo" else f"rlhf-{args.algo}"
+    reward = args.reward.replace("/", "_")
+    return args.run_name or f"{prefix}-{reward}-kl{args.kl_coef:g}-s{args.seed}-{stamp or time.strftime('%Y%m%d-%H%M%S')}"
+
+
+# --- one run ------------------------------------------------------------------------------------
+
+class Run:
+    """One run of the loop: built by ``__init__``, driven by :meth:`iteration`, closed by :meth:`finish`.
+
+    ``model``/``tok``: the LM to start from (default: the backend's, from ``--model``);
+    ``task``: default the review task of ``--prompts``/``--reward``; ``backend`` and
+    ``pretrain_args`` choose how the model is loaded (default: from ``--model``).
+    Nothing is written before every setting is checked and the learner's classes are built.
+    """
+
+    def __init__(self, args: Args, *, model=None, tok=None, task: Task | None = None, backend=None, pretrain_args=None):
+        validate(args)
+        self.args, self.name = args, run_name(args)
+        # Under torchrun: rank-dependent prompts and sampling; only rank 0 prints and writes.
+        self.dp = dp = distributed.init(args.impl)
+        self.data_seed = dp.data_seed(args.seed)
+        if dp.is_main:
+            check_new_run_dir(args.runs_dir, self.name, args.overwrite)
+        torch.set_num_threads(args.threads)
+        torch.manual_seed(args.seed)
+        self.say = (lambda *a: None) if args.quiet or not dp.is_main else (lambda *a: print(*a, flush=True))
+
+        # The model (cached), the task, then the algorithm's policy (PPO: with its value head) and frozen reference.
+        self.backend = backend or make_backend(args, pretrain_args)
+        t0 = time.perf_counter()
+        if model is None:
+            model, tok = self.backend.load(args, dp)
+        self.pretrain_s = time.perf_counter() - t0
+        self.tok = tok
+        self.task = task if task is not None else review_task(args, tok)
+        self.algo = make_algorithm(args, model, tok, self.task, data_seed=self.data_seed)
+        self.device = torch.device(args.device)
+        self.policy, self.reference = self.algo.policy.to(self.device), self.algo.reference.to(self.device)
+
+        # Only now, with the settings checked and the learner's classes built, is anything written.
+        self.out_dir = new_run_dir(args.runs_dir, self.name, args.overwrite) if dp.is_main else None
+        self.wandb = start_wandb(args.wandb if dp.is_main else "disabled", project="ppo-rlhf-workbook", run_name=self.name,
+                                 run_dir=self.out_dir, config=asdict(args))
+        self.eval_prompts = self.task.eval_prompts(args.eval_samples)
+        self.before = self.evaluate()
+        self.say("before: " + headline(self.task, self.before))
+
+        self.generator = torch.Generator().manual_seed(self.data_seed)
+        self.history: list[dict] = []
+        self.train_s = 0.0
+        self.metrics_file = (self.out_dir / "metrics.jsonl").open("w") if dp.is_main else open(os.devnull, "w")
+        self.samples_file = (self.out_dir / "samples.jsonl").open("w") if dp.is_main else open(os.devnull, "w")
+
+    def evaluate(self) -> dict:
+        a = self.args
+        return self.task.evaluate(self.policy, self.reference, self.tok, self.eval_prompts, temperature=a.temperature,
+                                  max_new_tokens=a.max_new_tokens, seed=a.seed + 777)
+
+    def iteration(self, it: int) -> dict[str, float]:
+        """Iteration ``it`` (from 0): sample, score, update, log. Returns its stats (averaged over ranks)."""
+        a = self.args
+        t_it = time.perf_counter()
+        prompts = self.algo.prompts(it)
+        batch = rollout(self.policy.lm, self.tok, [p.text for p in prompts], max_new_tokens=a.max_new_tokens,
+                        temperature=a.temperature, generator=self.generator)
+        scores = self.task.score(prompts, batch).to(self.device)
+        t_gen = time.perf_counter() - t_it
+        stats = self.algo.step(batch, scores, it)
+        self.train_s += time.perf_counter() - t_it
+
+        stats.update({"iteration": it + 1, "time/ppo_s": self.train_s, "time/generate_and_score_s": t_gen,
+                      "env/reward_mean": scores.mean().item(), "env/reward_std": scores.std().item(),
+                      **self.task.batch_stats(batch, scores),
+                      "env/finished_frac": sum(batch.finished) / len(batch.finished)})
+        stats = self.dp.mean(stats)  # batch means over all ranks (every rank has the same batch size)
+        self.history.append(stats)
+        self.metrics_file.write(json.dumps(stats) + "\n")
+        self.metrics_file.flush()
+        if self.wandb is not None:
+            self.wandb.log(stats, step=it + 1)
+        if (it + 1) % a.sample_every == 0 or it == 0:
+            self.log_samples(it, prompts, batch, scores)
+        return stats
+
+    def log_samples(self, it: int, prompts, batch, scores) -> None:
+        columns = ["iteration", "prompt", "response", "score"] + (["answer"] if prompts[0].answer is not None else [])
+        rows = [[it + 1, p.text, c, s] + ([p.answer] if p.answer is not None else [])
+                for p, c, s in zip(prompts[:8], batch.completions[:8], scores[:8].tolist())]
+        for row in rows:
+            self.samples_file.write(json.dumps(dict(zip(columns, row))) + "\n")
+        if self.wandb is not None:
+            import wandb
+
+            self.wandb.log({"samples": wandb.Table(columns=columns, data=rows)}, step=it + 1)
+
+    def finish(self) -> dict:
+        """Evaluate after training and write curves.png, the policy and summary.json (rank 0). Returns the summary."""
+        a = self.args
+        self.metrics_file.close()
+        self.samples_file.close()
+        after = self.evaluate()
+        self.say("after:  " + headline(self.task, after))
+        if not self.dp.is_main:
+            return {"run_dir": None, "iterations": len(self.history)}
+        spec = ALGORITHMS[a.algo]
+        save_curves(self.history, self.out_dir / "curves.png", curves_title(a, self.name), self.task.panels + spec.panels,
+                    x_label=spec.x_label, kl_target=spec.kl_target(a), reference_reward=self.before.get("reward"))
+        saved = self.backend.save(self.policy, self.tok, self.out_dir, a)
+        summary = {
+            "run_dir": str(self.out_dir), "policy": saved, "iterations": len(self.history),
+            "pretrain_wall_s": self.pretrain_s, "ppo_wall_s": self.train_s,
+            "before": {k: v for k, v in self.before.items() if k not in ("texts", "scores")},
+            "after": {k: v for k, v in after.items() if k not in ("texts", "scores")},
+            "samples_before": self.before["texts"][:8], "samples_after": after["texts"][:8],
+            "scores_before": self.before["scores"][:8], "scores_after": after["scores"][:8], "algo": a.algo,
+            "task": self.task.name, "seed": a.seed,
+            **self.algo.summary(),
+        }
+        (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        if self.wandb is not None:
+            self.wandb.summary.update({f"before/{k}": v for k, v in summary["before"].items()})
+            self.wandb.summary.update({f"after/{k}": v for k, v in summary["after"].items()})
+            self.wandb.finish()
+        return summary
+
+
+def headline(task: Task, result: dict) -> str:
+    return "  ".join(f"{title} {result[key]:{fmt}}" for key, title, fmt in task.headline if key in result)
+
+
+def curves_title(args: Args, name: str) -> str:
+    """The run, and the settings actually used (per algorithm: PPO's β₀ and target, DPO's β, GRPO's G and β, ...)."""
+    return f"{name}  ({args.algo}, impl={args.impl}, reward={args.reward}, {ALGORITHMS[args.algo].title(args)})"
+
+
+def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend=None, pretrain_args=None,
+          progress: bool | None = None) -> dict:
+    """Run the loop; returns the summary (before/after evaluation, wall times, paths). See :class:`Run`."""
+    run = Run(args, model=model, tok=tok, task=task, backend=backend, pretrain_args=pretrain_args)
+    show = (args.progress and not args.quiet) if progress is None else progress
+    bar = None
+    if show and run.dp.is_main:
+        from tqdm import tqdm
+
+        bar = tqdm(total=args.iterations, unit="it", dynamic_ncols=True, desc=args.algo, file=sys.stdout)
+    for it in range(args.iterations):
+        stats = run.iteration(it)
+        if bar is not None:
+            bar.set_postfix({"reward": f"{stats['env/reward_mean']:+.3f}", "KL": f"{stats['objective/kl']:.2f}"}, refresh=False)
+            bar.update(1)
+        if args.time_budget_s and run.dp.decide(run.train_s >= args.time_budget_s):
+            break
+    if bar is not None:
+        bar.close()
+    return run.finish()
+
+
+# --- several seeds ------------------------------------------------------------------------------
+
+def seed_runs(args: Args, seeds: list[int]) -> tuple[list[Args], str | None]:
+    """One Args per seed (run names ``<name>-seed<S>`` when several), and the name of the seeds' folder (None for one)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    if len(seeds) == 1:
+        return [dataclasses.replace(args, seed=seeds[0], run_name=run_name(dataclasses.replace(args, seed=seeds[0]), stamp))], None
+    runs = [dataclasses.replace(args, seed=s, run_name=f"{args.run_name}-seed{s}" if args.run_name else "") for s in seeds]
+    runs = [dataclasses.replace(r, run_name=run_name(r, stamp)) for r in runs]
+    prefix = "rlhf" if args.algo == "ppo" else f"rlhf-{args.algo}"
+    group = f"{args.run_name}-seeds" if args.run_name else \
+        f"{prefix}-{args.reward.replace('/', '_')}-kl{args.kl_coef:g}-seeds{'-'.join(map(str, seeds))}-{stamp}"
+    return runs, group
+
+
+def write_seed_summary(args: Args, group: str, summaries: list[dict], histories: dict[int, list[dict]], task: Task) -> Path:
+    """``<runs_dir>/<group>/``: curves.png (mean and min–max over the seeds) and summary.json."""
+    out = new_run_dir(args.runs_dir, group, args.overwrite)
+    spec = ALGORITHMS[args.algo]
+    save_seed_curves(histories, out / "curves.png", curves_title(args, group), task.panels + spec.panels, x_label=spec.x_label)
+    keys = [k for k, _, _ in task.headline]
+    table = {when: {k: {"mean": float(np.mean([s[when][k] for s in summaries])),
+                        "std": float(np.std([s[when][k] for s in summaries])),
+                        "per_seed": [s[when][k] for s in summaries]} for k in keys}
+             for when in ("before", "after")}
+    (out / "summary.json").write_text(json.dumps({"seeds": sorted(histories), "runs": [s["run_dir"] for s in summaries],
+                                                  **table}, indent=2))
+    return out
+
+
+@command
+def main(argv: list[str] | None = None) -> int:
+    args, seeds = parse_command(argv)
+    require(len(set(seeds)) == len(seeds), "--seeds", f"repeated seed in {seeds}")
+    for seed in seeds:
+        validate(dataclasses.replace(args, seed=seed))
+    runs, group = seed_runs(args, seeds)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 alone checks (another rank may already have written)
+        for run in runs:
+            check_new_run_dir(run.runs_dir, run.run_name, run.overwrite)
+        if group:
+            check_new_run_dir(args.runs_dir, group, args.overwrite)
+    summaries, histories = [], {}
+    try:
+        for run_args in runs:
+            if len(runs) > 1 and not args.quiet and distributed.is_main():
+                print(f"== seed {run_args.seed}: {Path(run_args.runs_dir) / run_args.run_name} ==", flush=True)
+            summary = train(run_args)
+            summaries.append(summary)
+            if summary["run_dir"]:
+                histories[run_args.seed] = [json.loads(line) for line in
+                                            (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    except distributed.Unfinished as error:
+        print(error, file=sys.stderr)
+        return 2
+    except NotImplementedError:
+        import traceback
+
+        where = [(f"exercises/{Path(frame.f_code.co_filename).name}", getattr(frame.f_code, "co_qualname", frame.f_code.co_name))
+                 for frame, _ in traceback.walk_tb(sys.exc_info()[2]) if "exercises" in frame.f_code.co_filename]
+        file, name = where[-1] if where else (f"exercises/{ALGORITHMS[args.algo].part}.py", "an exercise")
+        print(f"--impl {args.impl}: {name} in {file} is still a stub; fill it in "
+              f"(pytest tests/test_{Path(file).stem}.py shows which are done) or use --impl solutions", file=sys.stderr)
+        return 1
+    if not distributed.is_main():
+        return 0
+    task = ReviewTask  # the command's task: its headline and panels
+    if len(summaries) == 1:
+        print_summary(summaries[0], task)
+    else:
+        print_seeds(summaries, task)
+    if group:
+        out = write_seed_summary(args, group, summaries, histories, task)
+        print(f"wrote {out}/ (curves.png: mean and min–max over seeds {', '.join(map(str, seeds))}; summary.json)")
+    return 0
+
+
+def print_seeds(summaries: list[dict], task) -> None:
+    """One row per seed (before → after of each headline number), then the mean ± std over the seeds."""
+    width = 18
+    print(f"\n{'':<10}" + "".join(f"{title:>{width}}" for _, title, _ in task.headline))
+    for s in summaries:
+        print(f"{'seed ' + str(s['seed']):<10}" + "".join(
+            f"{format(s['before'][k], fmt) + ' → ' + format(s['after'][k], fmt):>{width}}" for k, _, fmt in task.headline))
+    cells = []
+    for k, _, fmt in task.headline:
+        after = np.array([s["after"][k] for s in summaries])
+        cells.append(f"{format(after.mean(), fmt)} ± {after.std():.2g}")
+    print(f"{'after':<10}" + "".join(f"{c:>{width}}" for c in cells) + "   (mean ± std over the seeds)")
+    for s in summaries:
+        print(f"wrote {s['run_dir']}/")
+
+
+def print_summary(summary: dict, task) -> None:
+    titles = [(key, title, fmt) for key, title, fmt in task.headline]
+    print(f"\n{'':<12}" + "".join(f"{title:>{max(8, len(title) + 2)}}" for _, title, _ in titles))
+    for when in ("before", "after"):
+        s = summary[when]
+        print(f"{when:<12}" + "".join(f"{format(s[key], fmt):>{max(8, len(title) + 2)}}" for key, title, fmt in titles))
+    print("\nsamples after training:")
+    for text, score in zip(summary["samples_after"], summary["scores_after"]):
+        print(f"  {score:+.2f}  {text}")
+    print(f"\nwrote {summary['run_dir']}/ (curves.png, metrics.jsonl, samples.jsonl, summary.json, {summary['policy']})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
