@@ -174,11 +174,11 @@ def bad_run_dirs(base: Path, finished: Path) -> dict[str, tuple[Path, str]]:
     torch.save({k: agent[k] for k in ("actor", "critic", "args", "eval_returns")}, older / "agent.pt")  # the old layout
     (rlhf / "policy.pt").write_bytes(b"")
     (rlhf / "samples.jsonl").write_text("")
-    torch.save(agent | {"command": "rlhf"}, other / "agent.pt")
+    torch.save(agent | {"command": "pretrain"}, other / "agent.pt")
     return {"missing": (base / "nope", "does not exist"), "empty": (empty, "has no agent.pt or checkpoint.pt"),
             "truncated": (truncated, "truncated"), "older": (older, "older version of the workbook"),
-            "rlhf folder": (rlhf, "is a run of `python -m workbook rlhf`"),
-            "other command": (other, "written by `python -m workbook rlhf`"),
+            "rlhf folder": (rlhf, "is a run of `python -m workbook rlhf` written by an older version"),
+            "other command": (other, "written by `python -m workbook pretrain`"),
             "a file": (finished / "agent.pt", "give the run's folder")}
 
 
@@ -211,8 +211,10 @@ def test_bad_resume_inputs_give_one_line_and_write_nothing(tmp_path, capsys, fin
         "--resume": (["--resume", str(ip)], "written by `python -m workbook continuous`"),
     }
     for name, (path, words) in bad_run_dirs(tmp_path / "bad", finished_run).items():
-        if name in ("rlhf folder", "missing", "empty"):
+        if name in ("missing", "empty"):
             cases[f"--resume {name}"] = (["--resume", str(path)], words.replace("agent.pt or ", ""))
+        elif name == "rlhf folder":
+            cases[f"--resume {name}"] = (["--resume", str(path)], "is a run of `python -m workbook rlhf`")
     for name, damage, words in [("truncated", lambda data: data[: len(data) // 2], "truncated"),
                                 ("older", None, "older version of the workbook")]:
         folder = tmp_path / f"ckpt-{name}"
@@ -283,10 +285,15 @@ def test_evaluate_video_is_an_mp4_logged_to_wandb(tmp_path, capsys, finished_run
     assert list((run / "wandb").rglob("media/videos/*.mp4"))  # the same episode, as a wandb video
 
 
-def test_evaluate_video_without_moviepy_says_so_and_still_evaluates(tmp_path, capsys, monkeypatch, finished_run):
-    monkeypatch.setitem(sys.modules, "moviepy", None)  # `import moviepy` raises ImportError
+def test_evaluate_video_without_moviepy_is_one_line_before_anything(tmp_path, capsys, monkeypatch, finished_run):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "moviepy" else find_spec(name, *a))
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
-    assert evaluate.main([str(run), "--video"]) == 0
-    out = capsys.readouterr().out
-    assert "--video needs moviepy" in out and "greedy over 2 episodes" in out and not (run / "video").exists()
+    before = files_of(run)
+    assert evaluate.main([str(run), "--video"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: --video: needs moviepy") and len(captured.err.strip().splitlines()) == 1
+    assert "greedy over" not in captured.out and files_of(run) == before

@@ -155,6 +155,9 @@ def load_run(run_dir: str | Path, field: str, commands: tuple[str, ...], files: 
     for name in files:
         if (run_dir / name).exists():
             return load(run_dir / name, field=field, commands=commands)
+    if kind is not None:
+        raise ConfigError(field, f"{run_dir} is a run of `python -m workbook {kind}` written by an older version of the "
+                                 f"workbook (it has no {' or '.join(files)}): it cannot be evaluated or resumed")
     found = ", ".join(sorted(p.name for p in run_dir.iterdir())[:6]) or "nothing"
     raise ConfigError(field, f"{run_dir} has no {' or '.join(files)} (it holds {found}): not a run of "
                              f"{' or '.join(commands)}, or one written by an older workbook")

@@ -34,6 +34,7 @@ from workbook.cli import make_parser, require_at_least
 from workbook.runs import WANDB_MODES, ConfigError, check_can_create, command, start_wandb
 
 ENV_COMMANDS = ("cartpole", "continuous")
+LM_COMMANDS = ("rlhf",)
 
 
 def _task(name: str):
@@ -93,15 +94,17 @@ def load_agent(state: dict, impl: str | None) -> tuple[Any, Any, Any, str]:
 @command
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser("python -m workbook evaluate", __doc__.split("\n\n")[0].split(": ", 1)[1])
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by `python -m workbook cartpole|continuous`")
+    parser.add_argument("run_dir", metavar="RUN_DIR",
+                        help="a run folder written by `python -m workbook cartpole|continuous|rlhf`")
     parser.add_argument("--episodes", type=int, default=None,
-                        help="episodes to play, side by side (default: as many as the run's final evaluation)")
+                        help="episodes to play, side by side; for an rlhf run, held-out prompts to answer "
+                             "(default: as many as the run's final evaluation)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--greedy", dest="sample", action="store_false", default=False,
                       help="the most likely action, Part 4's mean action (default; what training evaluates)")
     mode.add_argument("--sample", dest="sample", action="store_true", help="actions sampled from the policy")
     parser.add_argument("--seed", type=int, default=None,
-                        help="seed of the episodes (default: the run's evaluation seed, 10000 + its seed)")
+                        help="seed of the episodes, or of an rlhf run's sampling (default: the run's evaluation seed)")
     parser.add_argument("--impl", choices=("exercises", "solutions"), default=None,
                         help="whose code rebuilds the agent (default: the one the run was trained with)")
     parser.add_argument("--video", action="store_true",
@@ -113,7 +116,24 @@ def main(argv: list[str] | None = None) -> int:
     if options.episodes is not None:
         require_at_least("--episodes", options.episodes, 1)
     run_dir = Path(options.run_dir)
-    state = load_run(run_dir, "RUN_DIR", ENV_COMMANDS, files=("agent.pt", CHECKPOINT))
+    state = load_run(run_dir, "RUN_DIR", ENV_COMMANDS + LM_COMMANDS, files=("agent.pt", CHECKPOINT))
+    needed = ("config", "algo", "iteration") if state["command"] in LM_COMMANDS else ("args", "impl")
+    missing = [key for key in needed if key not in state]
+    if missing:
+        raise ConfigError("RUN_DIR", f"{run_dir}'s checkpoint lacks {', '.join(missing)}: not one this workbook wrote")
+    if state["command"] in LM_COMMANDS:
+        for flag, given in (("--video", options.video), ("--greedy", "--greedy" in argv)):
+            if given:
+                raise ConfigError(flag, f"{run_dir} is a language-model run: it is evaluated by sampling responses "
+                                        "to held-out prompts (no video, no greedy mode)")
+        return evaluate_lm(run_dir, state, options)
+    if options.video:  # as the training commands: a missing package is an error before anything runs
+        import importlib.util
+
+        missing = [name for name in _task(state["command"]).video_modules if importlib.util.find_spec(name) is None]
+        if missing:
+            raise ConfigError("--video", f"needs {' and '.join(missing)}, not installed: pip install -e '.[video]' "
+                                         "(or leave --video out)")
     if options.video or options.wandb != "disabled":
         check_can_create(run_dir / "video", "RUN_DIR")
     torch.set_num_threads(1)
@@ -166,6 +186,58 @@ def main(argv: list[str] | None = None) -> int:
                 record["video"] = wandb.Video(str(video), format="mp4")
             run.log(record)
             run.finish()
+    return 0
+
+
+def evaluate_lm(run_dir: Path, state: dict, options: Any, *, model: Any = None, tok: Any = None) -> int:
+    """An rlhf run (any ``--algo``): its policy answers held-out prompts; print the task's summary and the samples.
+
+    The policy's weights come from ``checkpoint.pt``; the reference (and the tokenizer) are the
+    model the run started from, loaded as the run loaded it (``model``/``tok`` replace that, in tests).
+    With the run's ``eval_samples`` prompts and seed, the figures are the training run's "after".
+    """
+    import json
+
+    from workbook import distributed
+    from workbook.loop.algorithms import make_algorithm
+    from workbook.loop.backend import make_backend
+    from workbook.loop.task import review_task
+    from workbook.loop.train import Args, headline
+
+    fields = {f.name for f in dataclasses.fields(Args)}
+    impl = options.impl or state["impl"]
+    args = Args(**{k: v for k, v in state["config"].items() if k in fields} | {"impl": impl, "quiet": True})
+    torch.set_num_threads(args.threads)
+    if model is None:
+        backend = make_backend(args)
+        backend.check(args)
+        model, tok = backend.load(args, distributed.context())
+    task = review_task(args, tok)
+    try:
+        algo = make_algorithm(args, model, tok, task)
+    except NotImplementedError:
+        raise ConfigError("--impl", f"{impl}'s Parts 3/5 still have unfinished exercises; or pass --impl solutions") from None
+    algo.policy.load_state_dict(state["algo"]["policy"])
+    device = torch.device(args.device)
+    policy, reference = algo.policy.to(device), algo.reference.to(device)
+    n = options.episodes or args.eval_samples
+    seed = options.seed if options.seed is not None else args.seed + 777
+    result = task.evaluate(policy, reference, tok, task.eval_prompts(n), temperature=args.temperature,
+                           max_new_tokens=args.max_new_tokens, seed=seed)
+    print(f"{args.algo} policy from {run_dir}/{CHECKPOINT} ({impl}, iteration {state['iteration']} of {args.iterations}"
+          f"{', ' + state['status'] if state['status'] != 'finished' else ''})")
+    print(f"{n} held-out prompts (seed {seed}, temperature {args.temperature:g}): " + headline(task, result), flush=True)
+    for text, score in zip(result["texts"], result["scores"]):
+        print(f"  {score:+.2f}  {text}")
+    try:
+        after = json.loads((run_dir / "summary.json").read_text()).get("after")
+    except (OSError, ValueError):
+        after = None
+    if after and n == args.eval_samples and seed == args.seed + 777 and state["status"] == "finished":
+        keys = [key for key, _, _ in task.headline if key in after]
+        same = all(abs(result[key] - after[key]) <= 1e-6 * max(1.0, abs(after[key])) for key in keys)
+        print("the training run's final evaluation (same prompts and seed): " + headline(task, after) + " — "
+              + ("reproduced" if same else "DIFFERENT (was the policy rebuilt with other code? see --impl)"))
     return 0
 
 
