@@ -152,8 +152,9 @@ def test_evaluate_reproduces_the_training_runs_final_figure(tmp_path, capsys, ki
     returns = task.evaluate(module, trainer, len(saved["eval_returns"]), 10_001)
     assert not np.allclose(returns, saved["eval_returns"])
 
-    assert evaluate.main([str(run_dir), "--sample", "--episodes", "5", "--seed", "3"]) == 0
-    assert "sampled actions over 5 episodes (seed 3)" in capsys.readouterr().out
+    assert evaluate.main([str(run_dir), "--sample", "--episodes", "5", "--seeds", "3", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "sampled actions over 5 episodes (seed 3)" in out and "sampled actions over 5 episodes (seed 4)" in out
 
 
 @pytest.fixture(scope="module")

@@ -106,12 +106,12 @@ def test_evaluate_reproduces_an_rlhf_runs_final_figures(tiny, tmp_path, capsys):
     summary = loop.train(small(tmp_path, "run", "grpo", iterations=2), model=copy.deepcopy(model), tok=tok)
     state = torch.load(tmp_path / "run" / CHECKPOINT, weights_only=False)
     capsys.readouterr()
-    options = argparse.Namespace(impl=None, episodes=None, seed=None)
+    options = argparse.Namespace(impl=None, episodes=None, seeds=None)
     assert evaluate.evaluate_lm(tmp_path / "run", state, options, model=copy.deepcopy(model), tok=tok) == 0
     out = capsys.readouterr().out
     assert f"reward {summary['after']['reward']:+.3f}" in out and "— reproduced" in out
     assert out.count("\n  ") == len(summary["samples_after"])  # each sample with its score
-    options = argparse.Namespace(impl=None, episodes=3, seed=5)
+    options = argparse.Namespace(impl=None, episodes=3, seeds=[5])
     assert evaluate.evaluate_lm(tmp_path / "run", state, options, model=copy.deepcopy(model), tok=tok) == 0
     out = capsys.readouterr().out
     assert "3 held-out prompts (seed 5" in out and "reproduced" not in out

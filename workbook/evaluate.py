@@ -1,7 +1,7 @@
 """``python -m workbook evaluate RUN_DIR``: evaluate, and watch, an agent a training command saved.
 
     python -m workbook evaluate runs/cartpole-solutions-seed1-20260101-120000
-    python -m workbook evaluate runs/hopper-solutions-seed1-... --episodes 100 --sample --seed 7
+    python -m workbook evaluate runs/hopper-solutions-seed1-... --episodes 100 --sample --seeds 7
     python -m workbook evaluate runs/invertedpendulum-... --video --wandb offline
 
 It reads the run's ``agent.pt`` (or, for a run that was interrupted, its ``checkpoint.pt``),
@@ -9,8 +9,9 @@ rebuilds the agent from the arguments saved with it, and plays ``--episodes`` ep
 side. Part 4 agents see their observations through the normaliser saved with them, frozen:
 without those statistics a reloaded agent gets inputs on the wrong scale and acts like a random
 one. ``--greedy`` (the default) takes the most likely action (Part 4: the mean), ``--sample``
-draws from the policy as in training. With no ``--seed`` and ``--episodes`` the evaluation is
-the one the training run ended with, so it prints the same figure. ``--video`` records one
+draws from the policy as in training. With no ``--seeds`` and ``--episodes`` the evaluation is
+the one the training run ended with, so it prints the same figure (``--seeds 1 2 3``: one
+evaluation per seed). ``--video`` records one
 episode as MP4 under ``RUN_DIR/video/`` (gymnasium's RecordVideo; needs moviepy and pygame) and
 with ``--wandb offline|online`` also logs it, with the figures, to a new wandb run in RUN_DIR.
 Nothing is written without ``--video`` or ``--wandb``.
@@ -30,7 +31,7 @@ import numpy as np
 import torch
 
 from workbook.checkpoints import CHECKPOINT, load_run
-from workbook.cli import make_parser, require_at_least
+from workbook.cli import make_parser, require_at_least, require_unique_seeds, seed_value
 from workbook.runs import WANDB_MODES, ConfigError, check_can_create, command, start_wandb
 
 ENV_COMMANDS = ("cartpole", "continuous")
@@ -103,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--greedy", dest="sample", action="store_false", default=False,
                       help="the most likely action, Part 4's mean action (default; what training evaluates)")
     mode.add_argument("--sample", dest="sample", action="store_true", help="actions sampled from the policy")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="seed of the episodes, or of an rlhf run's sampling (default: the run's evaluation seed)")
+    parser.add_argument("--seeds", type=seed_value, nargs="+", default=None, metavar="S",
+                        help="one evaluation per seed: the episodes' seed, or an rlhf run's sampling seed "
+                             "(default: the run's own evaluation seed, which reproduces its figure)")
     parser.add_argument("--impl", choices=("exercises", "solutions"), default=None,
                         help="whose code rebuilds the agent (default: the one the run was trained with)")
     parser.add_argument("--video", action="store_true",
@@ -115,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if options.episodes is not None:
         require_at_least("--episodes", options.episodes, 1)
+    if options.seeds is not None:
+        require_unique_seeds(options.seeds)
     run_dir = Path(options.run_dir)
     state = load_run(run_dir, "RUN_DIR", ENV_COMMANDS + LM_COMMANDS, files=("agent.pt", CHECKPOINT))
     needed = ("config", "algo", "iteration") if state["command"] in LM_COMMANDS else ("args", "impl")
@@ -142,49 +146,52 @@ def main(argv: list[str] | None = None) -> int:
     args = trainer.args
     saved_returns = state.get("eval_returns")
     episodes = options.episodes or (len(saved_returns) if saved_returns else 20)
-    seed = options.seed if options.seed is not None else state.get("eval_seed", 10_000 + args.seed)
+    seeds = options.seeds or [state.get("eval_seed", 10_000 + args.seed)]
 
     from workbook.cartpole.evaluate import evaluate_greedy
 
     act = policy(task.name, module, trainer, options.sample)
-    torch.manual_seed(seed)  # --sample draws from torch's generator
-    lengths: list[int] = []
-    returns = evaluate_greedy(trainer.actor, args.env_id, episodes, seed, act=act, lengths=lengths)
-    lengths_arr = np.array(lengths, dtype=float)
     what = "sampled actions" if options.sample else "greedy"
     source = ("agent.pt" if "trainer" not in state else
               f"{CHECKPOINT} of update {state['trainer']['phase']} (the run did not finish)")
     print(f"{args.env_id} agent from {run_dir}/{source} ({impl}, {state['global_step']} training steps)")
-    print(f"{what} over {episodes} episodes (seed {seed}): return {returns.mean():.1f} ± {returns.std():.1f} "
-          f"(min {returns.min():.1f}, max {returns.max():.1f}), length {lengths_arr.mean():.1f} ± {lengths_arr.std():.1f}",
-          flush=True)
-    if saved_returns and not options.sample and episodes == len(saved_returns) and seed == state.get("eval_seed"):
-        same = np.allclose(returns, saved_returns)
-        print(f"the training run's final evaluation (same episodes): {np.mean(saved_returns):.1f} — "
-              + ("reproduced" if same else "DIFFERENT (was the agent rebuilt with other code? see --impl)"))
+    records = []
+    for seed in seeds:
+        torch.manual_seed(seed)  # --sample draws from torch's generator
+        lengths: list[int] = []
+        returns = evaluate_greedy(trainer.actor, args.env_id, episodes, seed, act=act, lengths=lengths)
+        lengths_arr = np.array(lengths, dtype=float)
+        print(f"{what} over {episodes} episodes (seed {seed}): return {returns.mean():.1f} ± {returns.std():.1f} "
+              f"(min {returns.min():.1f}, max {returns.max():.1f}), length {lengths_arr.mean():.1f} ± "
+              f"{lengths_arr.std():.1f}", flush=True)
+        if saved_returns and not options.sample and episodes == len(saved_returns) and seed == state.get("eval_seed"):
+            same = np.allclose(returns, saved_returns)
+            print(f"the training run's final evaluation (same episodes): {np.mean(saved_returns):.1f} — "
+                  + ("reproduced" if same else "DIFFERENT (was the agent rebuilt with other code? see --impl)"))
+        records.append({"eval/seed": seed, "eval/mean_return": float(returns.mean()),
+                        "eval/std_return": float(returns.std()), "eval/mean_length": float(lengths_arr.mean())})
 
     video = None
-    if options.video:
+    if options.video:  # one episode, with the first seed
         from workbook.cartpole.train import record_video
 
         one = lambda obs: act(obs[None])[0]  # noqa: E731 (RecordVideo steps one environment)
         act_one = (lambda obs: int(one(obs))) if task.name == "cartpole" else one
         video = record_video(trainer.actor, args.env_id, run_dir / "video" / f"evaluate-{time.strftime('%Y%m%d-%H%M%S')}",
-                             seed, act_one, name_prefix="sampled" if options.sample else "greedy")
+                             seeds[0], act_one, name_prefix="sampled" if options.sample else "greedy")
         if video is not None:
             print(f"video: {video}")
     if options.wandb != "disabled":
         run = start_wandb(options.wandb, project=options.wandb_project, run_name=f"{run_dir.name}-evaluate",
                           run_dir=run_dir, config=dataclasses.asdict(args) | {
-                              "impl": impl, "episodes": episodes, "seed": seed, "sample": options.sample})
+                              "impl": impl, "episodes": episodes, "seeds": seeds, "sample": options.sample})
         if run is not None:
-            record = {"eval/mean_return": float(returns.mean()), "eval/std_return": float(returns.std()),
-                      "eval/mean_length": float(lengths_arr.mean())}
-            if video is not None:
-                import wandb
+            for i, record in enumerate(records):
+                if i == 0 and video is not None:
+                    import wandb
 
-                record["video"] = wandb.Video(str(video), format="mp4")
-            run.log(record)
+                    record = record | {"video": wandb.Video(str(video), format="mp4")}
+                run.log(record)
             run.finish()
     return 0
 
@@ -221,23 +228,24 @@ def evaluate_lm(run_dir: Path, state: dict, options: Any, *, model: Any = None, 
     device = torch.device(args.device)
     policy, reference = algo.policy.to(device), algo.reference.to(device)
     n = options.episodes or args.eval_samples
-    seed = options.seed if options.seed is not None else args.seed + 777
-    result = task.evaluate(policy, reference, tok, task.eval_prompts(n), temperature=args.temperature,
-                           max_new_tokens=args.max_new_tokens, seed=seed)
-    print(f"{args.algo} policy from {run_dir}/{CHECKPOINT} ({impl}, iteration {state['iteration']} of {args.iterations}"
-          f"{', ' + state['status'] if state['status'] != 'finished' else ''})")
-    print(f"{n} held-out prompts (seed {seed}, temperature {args.temperature:g}): " + headline(task, result), flush=True)
-    for text, score in zip(result["texts"], result["scores"]):
-        print(f"  {score:+.2f}  {text}")
     try:
         after = json.loads((run_dir / "summary.json").read_text()).get("after")
     except (OSError, ValueError):
         after = None
-    if after and n == args.eval_samples and seed == args.seed + 777 and state["status"] == "finished":
-        keys = [key for key, _, _ in task.headline if key in after]
-        same = all(abs(result[key] - after[key]) <= 1e-6 * max(1.0, abs(after[key])) for key in keys)
-        print("the training run's final evaluation (same prompts and seed): " + headline(task, after) + " — "
-              + ("reproduced" if same else "DIFFERENT (was the policy rebuilt with other code? see --impl)"))
+    print(f"{args.algo} policy from {run_dir}/{CHECKPOINT} ({impl}, iteration {state['iteration']} of {args.iterations}"
+          f"{', ' + state['status'] if state['status'] != 'finished' else ''})")
+    for seed in options.seeds or [args.seed + 777]:  # the run's own evaluation seed by default
+        result = task.evaluate(policy, reference, tok, task.eval_prompts(n), temperature=args.temperature,
+                               max_new_tokens=args.max_new_tokens, seed=seed)
+        print(f"{n} held-out prompts (seed {seed}, temperature {args.temperature:g}): " + headline(task, result),
+              flush=True)
+        for text, score in zip(result["texts"], result["scores"]):
+            print(f"  {score:+.2f}  {text}")
+        if after and n == args.eval_samples and seed == args.seed + 777 and state["status"] == "finished":
+            keys = [key for key, _, _ in task.headline if key in after]
+            same = all(abs(result[key] - after[key]) <= 1e-6 * max(1.0, abs(after[key])) for key in keys)
+            print("the training run's final evaluation (same prompts and seed): " + headline(task, after) + " — "
+                  + ("reproduced" if same else "DIFFERENT (was the policy rebuilt with other code? see --impl)"))
     return 0
 
 
