@@ -24,6 +24,11 @@ and ``policy.pt`` (the trained LM, loadable with ``workbook.lm.load_checkpoint``
 ``--model``, a ``policy/`` folder that ``--model`` loads back). With several ``--seeds``, also
 ``<runs-dir>/<name>-seeds/`` (``curves.png``: mean and min–max over the seeds; ``summary.json``).
 wandb logs the same stats and a table of samples, offline by default (``wandb sync`` uploads it later).
+
+Owning the run (docs/own_your_runs.md): ``checkpoint.pt`` every ``--checkpoint-every``
+iterations and at the end; Ctrl-C (or SIGTERM) finishes the iteration in progress, saves and
+prints the ``--resume RUN_DIR`` line that continues it exactly; a NaN or inf stops the run after
+saving the last good iteration (exit 3); ``python -m workbook evaluate RUN_DIR`` evaluates it again.
 """
 
 from __future__ import annotations
