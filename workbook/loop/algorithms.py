@@ -68,6 +68,8 @@ class Algorithm:
     """args → the settings its curves' title names."""
     kl_target: Callable[[Any], float | None] = lambda args: None
     """args → the KL target drawn on the KL panel (PPO's adaptive controller), or None."""
+    hide: Callable[[Any], set[str]] = lambda args: set()
+    """args → the stats of ``panels`` not worth a panel with these settings (PPO's β when it is fixed)."""
     check: Callable[[Any], None] = lambda args: None
     """args → None, or ConfigError for a setting this algorithm cannot run with (before anything loads)."""
 
@@ -226,7 +228,8 @@ ALGORITHMS: dict[str, Algorithm] = {
         panels=(KL, ("objective/kl_coef", "β (KL coefficient)"), ENTROPY, LENGTH),
         x_label="PPO iteration",
         title=lambda a: f"β₀={a.kl_coef:g}" + (f", adaptive to KL {a.kl_target:g}" if a.adaptive_kl and a.kl_coef > 0 else ", fixed"),
-        kl_target=lambda a: a.kl_target if a.adaptive_kl and a.kl_coef > 0 else None),
+        kl_target=lambda a: a.kl_target if a.adaptive_kl and a.kl_coef > 0 else None,
+        hide=lambda a: set() if a.adaptive_kl and a.kl_coef > 0 else {"objective/kl_coef"}),
     "grpo": Algorithm(
         "grpo", "part5_beyond_ppo", Group,
         defaults={"iterations": 60, "kl_coef": 0.3, "ent_coef": 0.0, "loss_normalisation": "token"},

@@ -437,7 +437,7 @@ class Run:
         if not self.dp.is_main:
             return {"run_dir": None, "iterations": len(self.history)}
         spec = ALGORITHMS[a.algo]
-        save_curves(self.history, self.out_dir / "curves.png", curves_title(a, self.name), self.task.panels + spec.panels,
+        save_curves(self.history, self.out_dir / "curves.png", curves_title(a, self.name), curve_panels(a, self.task),
                     x_label=spec.x_label, kl_target=spec.kl_target(a), reference_reward=self.before.get("reward"))
         saved = self.backend.save(self.policy, self.tok, self.out_dir, a)
         summary = {
@@ -461,6 +461,12 @@ class Run:
 
 def headline(task: Task, result: dict) -> str:
     return "  ".join(f"{title} {result[key]:{fmt}}" for key, title, fmt in task.headline if key in result)
+
+
+def curve_panels(args: Args, task: Task) -> tuple[tuple[str, str], ...]:
+    """The task's panels, then the algorithm's, less those its settings make meaningless (a fixed β)."""
+    spec = ALGORITHMS[args.algo]
+    return tuple(p for p in task.panels + spec.panels if p[0] not in spec.hide(args))
 
 
 def curves_title(args: Args, name: str) -> str:
@@ -541,7 +547,7 @@ def write_seed_summary(args: Args, group: str, summaries: list[dict], histories:
     """``<runs_dir>/<group>/``: curves.png (mean and min–max over the seeds) and summary.json."""
     out = new_run_dir(args.runs_dir, group, args.overwrite)
     spec = ALGORITHMS[args.algo]
-    save_seed_curves(histories, out / "curves.png", curves_title(args, group), task.panels + spec.panels, x_label=spec.x_label)
+    save_seed_curves(histories, out / "curves.png", curves_title(args, group), curve_panels(args, task), x_label=spec.x_label)
     keys = [k for k, _, _ in task.headline]
     table = {when: {k: {"mean": float(np.mean([s[when][k] for s in summaries])),
                         "std": float(np.std([s[when][k] for s in summaries])),
