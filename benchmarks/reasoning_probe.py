@@ -46,7 +46,7 @@ import torch  # noqa: E402
 from solutions import part3_rlhf as part3  # noqa: E402
 from solutions import part5_beyond_ppo as part5  # noqa: E402
 from solutions import part7_reasoning as part7  # noqa: E402
-from workbook.cli import make_parser, require, require_at_least, require_positive  # noqa: E402
+from workbook.cli import add_seeds_option, make_parser, require, require_at_least, require_positive  # noqa: E402
 from workbook.lm import pad_batch  # noqa: E402
 from workbook.reason import MAX_NEW_TOKENS, TASKS, load_or_pretrain_reasoner, make_problems, sample_pass_at_k  # noqa: E402
 from workbook.reason.task import eval_pool_size  # noqa: E402
@@ -101,7 +101,7 @@ def train(model, tok, task: str, seed: int, seconds: float, *, prompts_per_batch
 def main(argv: list[str] | None = None) -> int:
     p = make_parser("python benchmarks/reasoning_probe.py", __doc__.split("\n\n")[0])
     p.add_argument("--task", default="addition", choices=TASKS)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seed values (a list, not a count)")
+    add_seeds_option(p, [0], "one run per seed")
     p.add_argument("--train-seconds", type=float, default=60.0, help="wall-clock training budget per seed")
     p.add_argument("--iterations", type=int, default=None,
                    help="stop after this many iterations if the time budget has not run out (a fixed amount of work "

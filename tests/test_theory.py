@@ -43,6 +43,8 @@ TOPICS = {
          "store", "parallel formula", "frozen", "discounted return", "Divide only"],
     13: ["verifiable", "critic", "Dr. GRPO", "standard deviation", "clip-higher", "dynamic sampling", "token-level",
          "overlong", "GSPO", "CISPO", "pass@k", "Yue et al."],
+    14: ["NoopReset", "MaxAndSkip", "EpisodicLife", "FireReset", "84 × 84", "ClipReward", "FrameStack",
+         "shared", "obs / 255", "c_1", "terminal_on_life_loss"],
     11: ["torchrun", "rank", "all-reduce", "divided by $N$", "equal shares", "seed", "broadcast", "whiten",
          "global batch", "timeout"],
 }

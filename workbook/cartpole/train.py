@@ -39,6 +39,7 @@ import argparse
 import dataclasses
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -74,7 +75,8 @@ class Task:
     make_trainer: Callable[[Any, Any], Any]
     """(module, args) → a trainer with ``train(on_phase_end)``, ``actor``, ``agent.step``."""
     evaluate: Callable[..., np.ndarray]
-    """(module, trainer, episodes, seed, give_up_below=None) → greedy returns (see ``evaluate_greedy``)."""
+    """(module, trainer, episodes, seed) → evaluation returns; a ``give_up_below=None`` keyword, when it takes
+    one, lets the solve check stop early (see ``evaluate_greedy``)."""
     solved_return: Callable[[str], float]
     """env_id → the mean greedy return that counts as solved."""
     checkpoint: Callable[[Any], dict]
@@ -94,6 +96,10 @@ class Task:
     """How ``--help`` describes that prefix."""
     video_modules: tuple[str, ...] = ("moviepy", "pygame")
     """What ``--video`` needs installed (checked before training): moviepy writes the MP4, pygame draws classic control."""
+    video: Callable[[Any, Any, Path, int], Path | None] | None = None
+    """(module, trainer, folder, seed) → the MP4 of one episode, for tasks that film their own way (Atari)."""
+    eval_label: str = "greedy evaluation"
+    """How the final evaluation picks its actions, as the summary line says it."""
     check_fraction: float = 0.8
     """Run the greedy solve check once the last 10 training episodes average this fraction of the goal."""
 
@@ -117,7 +123,7 @@ def parse_args(argv: list[str] | None, ppo_args: type, task: Task | None = None)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run of the same name (default: refuse)")
     parser.add_argument("--video", action="store_true",
                         help=f"record one greedy episode (needs {' and '.join(task.video_modules)}: pip install -e '.[video]')")
-    parser.add_argument("--eval-episodes", type=int, default=20, help="greedy evaluation episodes at the end (≥ 1)")
+    parser.add_argument("--eval-episodes", type=int, default=20, help="evaluation episodes at the end (≥ 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
     parser.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                         help="write checkpoint.pt every N updates (default: every tenth of the run) and at the end")
@@ -348,7 +354,8 @@ def _train_main_rank(module, options: argparse.Namespace, args, run_name: str, t
             # Check when the recent (sampled-action) episodes look good, or none ended (long episodes).
             if not report.episodes or (recent and np.mean(recent[-10:]) >= task.check_fraction * goal):
                 last_check[0] = report.global_step
-                returns = task.evaluate(module, trainer, options.eval_episodes, 10_000 + seed, give_up_below=goal)
+                give_up = {"give_up_below": goal} if "give_up_below" in inspect.signature(task.evaluate).parameters else {}
+                returns = task.evaluate(module, trainer, options.eval_episodes, 10_000 + seed, **give_up)
                 if returns.mean() >= goal:
                     outcome["solved_at"] = report.global_step
                     print(f"solve check passed at step {report.global_step}: greedy mean {returns.mean():.1f} ≥ {goal:g}"
@@ -426,7 +433,7 @@ def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, e
     when = (f"(stopped when the solve check passed at step {steps_done})" if status == "solved"
             else f"after {steps_done} steps" + (f" (the solve check first passed at step {outcome['solved_at']})"
                                                 if outcome["solved_at"] is not None else ""))
-    print(f"greedy evaluation over {len(returns)} episodes: mean {returns.mean():.1f} ± {returns.std():.1f} "
+    print(f"{task.eval_label} over {len(returns)} episodes: mean {returns.mean():.1f} ± {returns.std():.1f} "
           f"(min {returns.min():.0f}) — {'SOLVED' if solved else 'not solved'} {when}, "
           f"{train_seconds:.1f} s of training", flush=True)
     evaluation = {"episodes": len(returns), "seed": 10_000 + seed, "mean_return": float(returns.mean()),
@@ -436,11 +443,15 @@ def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, e
                                      "eval_seed": 10_000 + seed, "global_step": steps_done},
          run_dir / "agent.pt")
     write_json(summary | {"evaluation": evaluation}, run_dir / "summary.json")
+    label = task.eval_label.replace("evaluation", "eval")
     plot_learning_curve(episodes, run_dir / "learning_curve.png",
-                        f"PPO on {args.env_id} ({options.impl}, seed {seed}): greedy eval {returns.mean():.0f}",
+                        f"PPO on {args.env_id} ({options.impl}, seed {seed}): {label} {returns.mean():.0f}",
                         solved_return, task.ylim, sigma)
-    video = (record_video(trainer.actor, args.env_id, run_dir / "video", seed, task.greedy_action(module, trainer))
-             if options.video else None)
+    video = None
+    if options.video and task.video is not None:
+        video = task.video(module, trainer, run_dir / "video", seed)
+    elif options.video:
+        video = record_video(trainer.actor, args.env_id, run_dir / "video", seed, task.greedy_action(module, trainer))
     if run is not None:
         run.summary.update({"eval/mean_return": float(returns.mean()), "eval/solved": solved,
                             "train_seconds": train_seconds, "status": status})

@@ -1,0 +1,193 @@
+"""Known-wrong versions of the Part 8 exercises (see workbook/mistakes/__init__.py)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from torch import nn
+from torch.distributions.categorical import Categorical
+
+from solutions.part1_ppo_core import calc_clipped_surrogate_objective, calc_entropy_bonus, calc_value_function_loss
+from solutions.part2_cartpole import layer_init
+from solutions.part8_atari import EpisodicLife as _ReferenceLife
+from solutions.part8_atari import NatureCNN as _ReferenceCNN
+from workbook.mistakes import mistake
+
+part8 = partial(mistake, "part8_atari")
+
+
+# --- NatureCNN ---------------------------------------------------------------------------------
+
+class _ConfigurableCNN(_ReferenceCNN):
+    """The reference network with switches, one per mistake below."""
+
+    scale, actor_gain, critic_gain, last_relu, own_value_trunk = 1 / 255.0, 0.01, 1.0, True, False
+
+    def __init__(self, num_actions, frame_stack=4):
+        nn.Module.__init__(self)
+        self.trunk = self._trunk(frame_stack)
+        if self.own_value_trunk:
+            self.value_trunk = self._trunk(frame_stack)
+        self.actor_head = layer_init(nn.Linear(512, num_actions), std=self.actor_gain)
+        self.critic_head = layer_init(nn.Linear(512, 1), std=self.critic_gain)
+
+    def _trunk(self, frame_stack):
+        layers = [layer_init(nn.Conv2d(frame_stack, 32, 8, stride=4)), nn.ReLU(),
+                  layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+                  layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+                  nn.Flatten(), layer_init(nn.Linear(64 * 7 * 7, 512))]
+        return nn.Sequential(*layers, *([nn.ReLU()] if self.last_relu else []))
+
+    def features(self, obs):
+        return self.trunk(obs * self.scale)
+
+    def value(self, obs):
+        trunk = self.value_trunk if self.own_value_trunk else self.trunk
+        return self.critic_head(trunk(obs * self.scale))
+
+    def logits_and_value(self, obs):
+        return self.forward(obs), self.value(obs)
+
+
+@part8("NatureCNN", "pixels_not_scaled", "the pixels went into the trunk unscaled (0–255 instead of obs / 255)")
+class CNNNotScaled(_ConfigurableCNN):
+    scale = 1.0
+
+
+@part8("NatureCNN", "head_gains_swapped", "the head gains were swapped (actor head 1, critic head 0.01)")
+class CNNGainsSwapped(_ConfigurableCNN):
+    actor_gain, critic_gain = 1.0, 0.01
+
+
+@part8("NatureCNN", "no_relu_after_512", "the 512-unit layer has no ReLU after it, so the heads read a linear layer")
+class CNNNoLastRelu(_ConfigurableCNN):
+    last_relu = False
+
+
+@part8("NatureCNN", "separate_value_trunk",
+       "the critic has its own trunk: the value loss never trains the features the policy reads")
+class CNNSeparateTrunks(_ConfigurableCNN):
+    own_value_trunk = True
+
+
+@part8("NatureCNN", "scaled_to_minus_one_one", "the pixels were scaled to [−1, 1] (obs / 127.5 − 1) instead of [0, 1]")
+class CNNSymmetricScale(_ConfigurableCNN):
+    def features(self, obs):
+        return self.trunk(obs / 127.5 - 1.0)
+
+    def value(self, obs):
+        return self.critic_head(self.features(obs))
+
+
+# --- EpisodicLife --------------------------------------------------------------------------------
+
+class _ConfigurableLife(_ReferenceLife):
+    """The reference wrapper with switches, one per mistake below."""
+
+    always_reset = no_terminal = stale_lives = truncation_continues = ignore_noop_end = as_truncation = False
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = bool(terminated or (truncated and not self.truncation_continues))
+        lives = info["lives"]
+        if lives < self.lives and not self.no_terminal:
+            if self.as_truncation:
+                truncated = True
+            else:
+                terminated = True
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, *, seed=None, options=None):
+        if self.game_over or self.always_reset:
+            obs, info = self.env.reset(seed=seed, options=options)
+        else:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if (terminated or truncated) and not self.ignore_noop_end:
+                obs, info = self.env.reset(seed=seed, options=options)
+        if not self.stale_lives:
+            self.lives = info["lives"]
+        self.game_over = False
+        return obs, info
+
+
+@part8("EpisodicLife", "resets_game_on_life_loss",
+       "every reset restarts the game, also after a lost life (gymnasium's terminal_on_life_loss)")
+class LifeAlwaysResets(_ConfigurableLife):
+    always_reset = True
+
+
+@part8("EpisodicLife", "no_terminal_on_life_loss", "a lost life was not reported as terminated")
+class LifeNoTerminal(_ConfigurableLife):
+    no_terminal = True
+
+
+@part8("EpisodicLife", "life_loss_as_truncation", "a lost life was reported as truncated instead of terminated")
+class LifeAsTruncation(_ConfigurableLife):
+    as_truncation = True
+
+
+@part8("EpisodicLife", "lives_not_updated_on_reset",
+       "reset did not read the lives count (a new game's full lives are never seen)")
+class LifeStaleLives(_ConfigurableLife):
+    stale_lives = True
+
+
+@part8("EpisodicLife", "truncation_not_game_over",
+       "a truncated game was not taken as over, so the next reset plays on in a finished game")
+class LifeTruncationContinues(_ConfigurableLife):
+    truncation_continues = True
+
+
+@part8("EpisodicLife", "noop_ending_ignored", "when the NOOP after a lost life ended the game, reset did not reset it")
+class LifeNoopEndIgnored(_ConfigurableLife):
+    ignore_noop_end = True
+
+
+# --- compute_atari_objective ------------------------------------------------------------------------
+
+def _objective(network, critic, minibatch, args, *, value_sign=-1.0, detach_value=False, detach_policy=False,
+               old_values=False, two_passes=False):
+    if two_passes:
+        logits, values = network(minibatch.obs), critic(minibatch.obs)
+    else:
+        features = network.features(minibatch.obs)
+        logits = network.actor_head(features.detach() if detach_policy else features)
+        values = network.critic_head(features.detach() if detach_value else features)
+    values = minibatch.values if old_values else values.squeeze(-1)
+    dist = Categorical(logits=logits)
+    return (calc_clipped_surrogate_objective(dist, minibatch.actions, minibatch.advantages, minibatch.logprobs,
+                                             args.clip_coef)
+            + value_sign * calc_value_function_loss(values, minibatch.returns, args.vf_coef)
+            + calc_entropy_bonus(dist, args.ent_coef))
+
+
+@part8("compute_atari_objective", "value_gradient_detached_from_trunk",
+       "the value head read detached features, so the value loss never trains the shared trunk")
+def objective_value_detached(network, critic, minibatch, args):
+    return _objective(network, critic, minibatch, args, detach_value=True)
+
+
+@part8("compute_atari_objective", "policy_gradient_detached_from_trunk",
+       "the policy head read detached features, so only the value loss trains the shared trunk")
+def objective_policy_detached(network, critic, minibatch, args):
+    return _objective(network, critic, minibatch, args, detach_policy=True)
+
+
+@part8("compute_atari_objective", "value_loss_added", "the value loss was added (it must be subtracted)")
+def objective_value_loss_added(network, critic, minibatch, args):
+    return _objective(network, critic, minibatch, args, value_sign=1.0)
+
+
+@part8("compute_atari_objective", "old_values_in_value_loss",
+       "the value loss used the rollout's values (minibatch.values) instead of the network's fresh output")
+def objective_old_values(network, critic, minibatch, args):
+    return _objective(network, critic, minibatch, args, old_values=True)
+
+
+@part8("compute_atari_objective", "trunk_run_twice",
+       "network(obs) and critic(obs) were called separately, running the convolutions twice per minibatch")
+def objective_two_passes(network, critic, minibatch, args):
+    return _objective(network, critic, minibatch, args, two_passes=True)
+
