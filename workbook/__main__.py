@@ -12,6 +12,7 @@ COMMANDS = {
     "cartpole": ("workbook.cartpole.train", "Part 2: train PPO on CartPole-v1 (--impl, wandb offline)"),
     "continuous": ("workbook.continuous.train", "Part 4: train a Gaussian-policy PPO agent on MuJoCo (--env)"),
     "atari": ("workbook.atari.train", "Part 8: train a Nature-CNN PPO agent on an Atari game (--env)"),
+    "evaluate": ("workbook.evaluate", "evaluate (and --video) a saved agent: python -m workbook evaluate RUN_DIR"),
     "pretrain": ("workbook.lm.pretrain", "Part 3: pretrain the tiny review GPT (cached)"),
     "rlhf": ("workbook.loop.train", "Part 3: RLHF 'write a positive review' end to end"),
     "main": ("workbook.main_job", "the main job: grade the reference, train CartPole, run RLHF"),

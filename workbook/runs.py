@@ -117,12 +117,14 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}"
 
 
-def start_wandb(mode: str, *, project: str, run_name: str, run_dir: Path, config: dict[str, Any]):
+def start_wandb(mode: str, *, project: str, run_name: str, run_dir: Path, config: dict[str, Any],
+                run_id: str | None = None):
     """A wandb run logging into ``run_dir/wandb``, or None for ``disabled`` (or when wandb cannot start at all).
 
     ``online`` falls back to ``offline`` when there is no API key or the server does not answer
     within ``WANDB_INIT_TIMEOUT`` seconds (wandb's own ``init_timeout`` setting, default 15 here),
     printing one line; ``wandb sync`` uploads the offline run later. Training never depends on wandb.
+    ``run_id``: continue that wandb run (``--resume``) instead of starting a new one.
     """
     if mode not in WANDB_MODES:
         raise ConfigError("--wandb", f"{mode!r} is not one of {', '.join(WANDB_MODES)}")
@@ -137,8 +139,9 @@ def start_wandb(mode: str, *, project: str, run_name: str, run_dir: Path, config
     timeout = float(os.environ.get("WANDB_INIT_TIMEOUT") or DEFAULT_WANDB_INIT_TIMEOUT_S)
 
     def init(which: str):
+        resume = {"id": run_id, "resume": "allow"} if run_id else {}
         return wandb.init(project=project, name=run_name, dir=str(run_dir), mode=which, config=config,
-                          reinit="finish_previous", settings=wandb.Settings(init_timeout=timeout))
+                          reinit="finish_previous", settings=wandb.Settings(init_timeout=timeout), **resume)
 
     if mode == "online":
         try:

@@ -16,8 +16,11 @@ SOLVED_RETURN = 475.0
 
 @torch.inference_mode()
 def evaluate_greedy(actor: nn.Module, env_id: str = "CartPole-v1", num_episodes: int = 20, seed: int = 10_000,
-                    give_up_below: float | None = None, act: Callable[[Tensor], np.ndarray] | None = None) -> np.ndarray:
+                    give_up_below: float | None = None, act: Callable[[Tensor], np.ndarray] | None = None,
+                    lengths: list | None = None) -> np.ndarray:
     """Returns of ``num_episodes`` episodes (one per parallel env) with argmax actions.
+
+    ``lengths``: a list to receive each episode's length (``python -m workbook evaluate`` prints them).
 
     ``act(observations)`` picks the actions instead, when given (Part 4: the clipped mean
     action of the normalised observation).
@@ -32,6 +35,7 @@ def evaluate_greedy(actor: nn.Module, env_id: str = "CartPole-v1", num_episodes:
     try:
         obs, _ = envs.reset(seed=seed)
         returns = np.zeros(num_episodes)
+        episode_lengths = np.zeros(num_episodes, dtype=np.int64)
         running = np.ones(num_episodes, dtype=bool)
         max_steps = envs.spec.max_episode_steps if envs.spec and envs.spec.max_episode_steps else 10_000
         steps = 0
@@ -40,10 +44,13 @@ def evaluate_greedy(actor: nn.Module, env_id: str = "CartPole-v1", num_episodes:
             actions = act(obs) if act is not None else actor(obs).argmax(-1).numpy()
             obs, rewards, terminated, truncated, _ = envs.step(actions)
             returns += rewards * running
+            episode_lengths += running
             running &= ~(terminated | truncated)
             steps += 1
             if give_up_below is not None and (returns + running * (max_steps - steps)).mean() < give_up_below:
                 break
+        if lengths is not None:
+            lengths.extend(episode_lengths.tolist())
         return returns
     finally:
         envs.close()

@@ -54,8 +54,8 @@ CONTINUOUS = Task(
     name="continuous", part="part4_continuous", args_class="ContinuousPPOArgs",
     description="Train the Part 4 Gaussian-policy PPO agent on a MuJoCo task.",
     make_trainer=distributed.continuous_trainer,  # data-parallel under torchrun, else ContinuousPPOTrainer(args)
-    evaluate=lambda module, trainer, episodes, seed: evaluate_continuous(
-        trainer.actor, trainer.obs_normalizer, module.clip_action, trainer.args.env_id, episodes, seed),
+    evaluate=lambda module, trainer, episodes, seed, give_up_below=None: evaluate_continuous(
+        trainer.actor, trainer.obs_normalizer, module.clip_action, trainer.args.env_id, episodes, seed, give_up_below),
     solved_return=lambda env_id: SOLVED_RETURN.get(env_id, float("inf")),
     checkpoint=lambda trainer: trainer.state_dict(),
     greedy_action=video_action,

@@ -24,6 +24,11 @@ and ``policy.pt`` (the trained LM, loadable with ``workbook.lm.load_checkpoint``
 ``--model``, a ``policy/`` folder that ``--model`` loads back). With several ``--seeds``, also
 ``<runs-dir>/<name>-seeds/`` (``curves.png``: mean and min–max over the seeds; ``summary.json``).
 wandb logs the same stats and a table of samples, offline by default (``wandb sync`` uploads it later).
+
+Owning the run (docs/own_your_runs.md): ``checkpoint.pt`` every ``--checkpoint-every``
+iterations and at the end; Ctrl-C (or SIGTERM) finishes the iteration in progress, saves and
+prints the ``--resume RUN_DIR`` line that continues it exactly; a NaN or inf stops the run after
+saving the last good iteration (exit 3); ``python -m workbook evaluate RUN_DIR`` evaluates it again.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ import numpy as np
 import torch
 
 from workbook import distributed
+from workbook.checkpoints import (CHECKPOINT, INTERRUPTED, LAYOUT, NON_FINITE, Abandoned, AppendLog, StopSignals,
+                                  first_non_finite, lm_algorithm_state, load_run, non_finite_weights,
+                                  restore_lm_algorithm, rng_state, save, set_rng_state, write_json)
 from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require, require_at_least,
                           require_choices, require_divides, require_in, require_positive)
 from workbook.loop.algorithms import ALGORITHMS, algo_defaults_help, apply_algo_defaults, given_options, make_algorithm
@@ -48,7 +56,7 @@ from workbook.loop.backend import make_backend
 from workbook.loop.curves import save_curves, save_seed_curves
 from workbook.loop.task import ReviewTask, Task, apply_preset, check_review_options, review_task
 from workbook.rlhf.data import rollout
-from workbook.runs import ConfigError, check_new_run_dir, command, new_run_dir, start_wandb
+from workbook.runs import ConfigError, check_can_create, check_new_run_dir, command, new_run_dir, start_wandb
 
 
 @dataclass
@@ -122,6 +130,10 @@ class Args:
     """Default: rlhf-<reward>-kl<kl_coef>-s<seed>-<time> (with several --seeds, <run name>-seed<S> each). An existing run of that name is refused unless --overwrite."""
     overwrite: bool = False
     """Replace an existing run folder of the same name (deleting the old run) instead of refusing."""
+    checkpoint_every: int = 0
+    """Write checkpoint.pt every this many iterations (0: every tenth of the run) and at the end."""
+    resume: str = ""
+    """A run folder to continue from its checkpoint.pt, exactly (weights, optimizer, β, random streams): the same settings, except --iterations (to train longer), --learning-rate, --time-budget-s and the output options; metrics and samples appended, the wandb run resumed."""
     threads: int = 1
     """torch threads (1 is fastest for this small model on a shared CPU)."""
     quiet: bool = False
@@ -182,6 +194,7 @@ def validate(args: Args) -> None:
     for name in ("iterations", "batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "eval_samples",
                  "sample_every", "threads"):
         require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 1)
+    require_at_least("--checkpoint-every", args.checkpoint_every, 0)
     for name in ("learning_rate", "kl_target", "kl_horizon", "temperature", "cliprange", "cliprange_value"):
         require_positive(f"--{name.replace('_', '-')}", getattr(args, name))
     for name in ("kl_coef", "ent_coef", "vf_coef", "time_budget_s"):
@@ -205,6 +218,43 @@ def run_name(args: Args, stamp: str | None = None) -> str:
     return args.run_name or f"{prefix}-{reward}-kl{args.kl_coef:g}-s{args.seed}-{stamp or time.strftime('%Y%m%d-%H%M%S')}"
 
 
+RESUME_MAY_CHANGE = frozenset({"iterations", "learning_rate", "time_budget_s", "wandb", "progress", "quiet", "threads",
+                               "checkpoint_every", "sample_every", "device", "resume", "debug"})
+"""What a resumed run may change; every other option given with --resume must match the checkpoint."""
+
+
+def resume_args(args: Args, seeds: list[int], argv: list[str]) -> tuple[Args, dict]:
+    """(the resumed run's Args, its checkpoint): the checkpoint's settings, with only :data:`RESUME_MAY_CHANGE` changed."""
+    saved = load_run(args.resume, "--resume", ("rlhf",))
+    given = given_options(argv) - {"set"}
+    for i, token in enumerate(argv):  # --set FIELD=VALUE names a field too
+        if token == "--set" and i + 1 < len(argv):
+            given.add(argv[i + 1].split("=", 1)[0])
+        elif token.startswith("--set="):
+            given.add(token.removeprefix("--set=").split("=", 1)[0])
+    for name in ("run_name", "runs_dir", "overwrite"):
+        require(name not in given, f"--{name.replace('_', '-')}", "does not apply to --resume (the run continues in its own folder)")
+    before = saved["config"]
+    may = "a resumed run keeps its settings; only --iterations, --learning-rate, --time-budget-s and output options may change"
+    require("seeds" not in given or seeds == [before["seed"]], "--seeds",
+            f"{' '.join(map(str, seeds))} conflicts with the checkpoint's seed {before['seed']} ({may})")
+    for name in sorted(given - RESUME_MAY_CHANGE - {"seeds"}):
+        if name in before and getattr(args, name, before[name]) != before[name]:
+            raise ConfigError(f"--{name.replace('_', '-')}", f"{getattr(args, name)} conflicts with the checkpoint's "
+                                                            f"{before[name]} ({may})")
+    fields = {f.name for f in dataclasses.fields(Args)}
+    run_dir = Path(args.resume)
+    merged = ({k: v for k, v in before.items() if k in fields} | {k: getattr(args, k) for k in given & RESUME_MAY_CHANGE & fields}
+              | {"resume": str(run_dir), "run_name": run_dir.name, "runs_dir": str(run_dir.parent), "overwrite": False})
+    resumed = Args(**merged)
+    validate(resumed)
+    require(saved["iteration"] < resumed.iterations, "--resume",
+            f"{run_dir} has done {saved['iteration']} of its {resumed.iterations} iterations: nothing left to train "
+            f"(--iterations N trains it longer; python -m workbook evaluate {run_dir} evaluates it)")
+    check_can_create(run_dir / CHECKPOINT, "--resume")
+    return resumed, saved
+
+
 # --- one run ------------------------------------------------------------------------------------
 
 class Run:
@@ -214,16 +264,21 @@ class Run:
     ``task``: default the review task of ``--prompts``/``--reward``; ``backend`` and
     ``pretrain_args`` choose how the model is loaded (default: from ``--model``).
     Nothing is written before every setting is checked and the learner's classes are built.
+    ``resume``: a checkpoint (``checkpoint.pt``) to continue, in its own folder.
     """
 
-    def __init__(self, args: Args, *, model=None, tok=None, task: Task | None = None, backend=None, pretrain_args=None):
+    def __init__(self, args: Args, *, model=None, tok=None, task: Task | None = None, backend=None, pretrain_args=None,
+                 resume: dict | None = None):
         validate(args)
         self.args, self.name = args, run_name(args)
         # Under torchrun: rank-dependent prompts and sampling; only rank 0 prints and writes.
         self.dp = dp = distributed.init(args.impl)
         self.data_seed = dp.data_seed(args.seed)
-        if dp.is_main:
+        if dp.is_main and resume is None:
             check_new_run_dir(args.runs_dir, self.name, args.overwrite)
+        if resume is not None:
+            require(resume["world_size"] == dp.world_size, "--resume",
+                    f"the checkpoint was written by {resume['world_size']} process(es); resume it with as many")
         torch.set_num_threads(args.threads)
         torch.manual_seed(args.seed)
         self.say = (lambda *a: None) if args.quiet or not dp.is_main else (lambda *a: print(*a, flush=True))
@@ -239,20 +294,51 @@ class Run:
         self.algo = make_algorithm(args, model, tok, self.task, data_seed=self.data_seed)
         self.device = torch.device(args.device)
         self.policy, self.reference = self.algo.policy.to(self.device), self.algo.reference.to(self.device)
+        self.start = 0  # iterations done before this process started
+        if resume is not None:  # the reference stays the model just loaded; the policy continues
+            restore_lm_algorithm(self.algo, resume["algo"], learning_rate=args.learning_rate)
+            self.start = resume["iteration"]
 
         # Only now, with the settings checked and the learner's classes built, is anything written.
-        self.out_dir = new_run_dir(args.runs_dir, self.name, args.overwrite) if dp.is_main else None
+        if resume is not None:
+            self.out_dir = Path(args.resume) if dp.is_main else None
+        else:
+            self.out_dir = new_run_dir(args.runs_dir, self.name, args.overwrite) if dp.is_main else None
         self.wandb = start_wandb(args.wandb if dp.is_main else "disabled", project="ppo-rlhf-workbook", run_name=self.name,
-                                 run_dir=self.out_dir, config=asdict(args))
+                                 run_dir=self.out_dir, config=asdict(args), run_id=resume and resume.get("wandb_id"))
+        self.wandb_id = self.wandb.id if self.wandb is not None else resume and resume.get("wandb_id")
         self.eval_prompts = self.task.eval_prompts(args.eval_samples)
-        self.before = self.evaluate()
-        self.say("before: " + headline(self.task, self.before))
+        self.before = resume["before"] if resume is not None else self.evaluate()
+        self.say(("before (from the checkpoint): " if resume else "before: ") + headline(self.task, self.before))
 
         self.generator = torch.Generator().manual_seed(self.data_seed)
-        self.history: list[dict] = []
-        self.train_s = 0.0
-        self.metrics_file = (self.out_dir / "metrics.jsonl").open("w") if dp.is_main else open(os.devnull, "w")
-        self.samples_file = (self.out_dir / "samples.jsonl").open("w") if dp.is_main else open(os.devnull, "w")
+        self.history: list[dict] = list(resume["history"]) if resume else []
+        self.train_s = resume["train_s"] if resume else 0.0
+        kept = (lambda record: record.get("iteration", 0) <= self.start) if resume else None  # none counted twice
+        self.metrics_file = AppendLog(self.out_dir / "metrics.jsonl", keep=kept) if dp.is_main else None
+        self.samples_file = AppendLog(self.out_dir / "samples.jsonl", keep=kept) if dp.is_main else None
+        if resume is not None:
+            if dp.is_main:  # the other ranks' streams restart from (seed, iteration): only rank 0's were saved
+                self.generator.set_state(resume["generator"])
+                set_rng_state(resume["rng"])
+            else:
+                self.generator.manual_seed(self.data_seed * 1_000_003 + self.start)
+        # The state after the last finished iteration, kept in memory for a NaN or a second Ctrl-C
+        # (skipped for models over 50M parameters: then the last periodic checkpoint is the fallback).
+        self.keep_good = dp.is_main and sum(p.numel() for p in self.policy.parameters()) <= 50_000_000
+        self.good = self.state("running") if self.keep_good else None
+
+    def state(self, status: str) -> dict:
+        """The checkpoint of the run as it is now (tensors copied)."""
+        return {"layout": LAYOUT, "command": "rlhf", "impl": self.args.impl, "config": asdict(self.args),
+                "iteration": len(self.history), "algo": lm_algorithm_state(self.algo),
+                "generator": self.generator.get_state(), "rng": rng_state(), "history": list(self.history),
+                "train_s": self.train_s, "before": self.before, "wandb_id": self.wandb_id, "status": status,
+                "world_size": self.dp.world_size}
+
+    def save_checkpoint(self, state: dict) -> None:
+        if self.dp.is_main and state is not None:
+            save(state, self.out_dir / CHECKPOINT)
 
     def evaluate(self) -> dict:
         a = self.args
@@ -277,8 +363,8 @@ class Run:
                       "env/finished_frac": sum(batch.finished) / len(batch.finished)})
         stats = self.dp.mean(stats)  # batch means over all ranks (every rank has the same batch size)
         self.history.append(stats)
-        self.metrics_file.write(json.dumps(stats) + "\n")
-        self.metrics_file.flush()
+        if self.metrics_file is not None:
+            self.metrics_file.write(stats)
         if self.wandb is not None:
             self.wandb.log(stats, step=it + 1)
         if (it + 1) % a.sample_every == 0 or it == 0:
@@ -290,17 +376,62 @@ class Run:
         rows = [[it + 1, p.text, c, s] + ([p.answer] if p.answer is not None else [])
                 for p, c, s in zip(prompts[:8], batch.completions[:8], scores[:8].tolist())]
         for row in rows:
-            self.samples_file.write(json.dumps(dict(zip(columns, row))) + "\n")
+            if self.samples_file is not None:
+                self.samples_file.write(dict(zip(columns, row)))
         if self.wandb is not None:
             import wandb
 
             self.wandb.log({"samples": wandb.Table(columns=columns, data=rows)}, step=it + 1)
 
+    def stopped(self, status: str, bad: tuple | None = None) -> dict:
+        """After Ctrl-C or a NaN: the checkpoint of the last good iteration, the curves and summary.json (rank 0)."""
+        a = self.args
+        for file in (self.metrics_file, self.samples_file):
+            if file is not None:
+                file.close()
+        if not self.dp.is_main:
+            return {"run_dir": None, "status": status, "iterations": len(self.history)}
+        good = self.good
+        if good is None and status == "interrupted":
+            good = self.state(status)  # a big model: the iteration in progress finished, so the current state is good
+        if good is not None:
+            self.save_checkpoint(good | {"status": status})
+            done = good["iteration"]
+        else:  # a NaN in a big model: the last periodic checkpoint (if any) is the last good one
+            done = (load_run(self.out_dir, "--resume", ("rlhf",))["iteration"]
+                    if (self.out_dir / CHECKPOINT).exists() else self.start)
+        spec = ALGORITHMS[a.algo]
+        if self.history:
+            save_curves(self.history, self.out_dir / "curves.png", curves_title(a, self.name) + f"  [{status}]",
+                        self.task.panels + spec.panels, x_label=spec.x_label, kl_target=spec.kl_target(a),
+                        reference_reward=self.before.get("reward"))
+        summary = {"run_dir": str(self.out_dir), "command": "rlhf", "status": status, "iterations": done,
+                   "config": asdict(a), "before": {k: v for k, v in self.before.items() if k not in ("texts", "scores")},
+                   "ppo_wall_s": self.train_s, "algo": a.algo, "task": self.task.name, "seed": a.seed}
+        write_json(summary, self.out_dir / "summary.json")
+        if self.wandb is not None:
+            self.wandb.summary.update({"status": status})
+            self.wandb.finish(exit_code=1)
+        resume = f"{'torchrun --standalone --nproc_per_node=' + str(self.dp.world_size) if self.dp.enabled else 'python'} " \
+                 f"-m workbook rlhf --resume {self.out_dir}"
+        if status == "interrupted":
+            print(f"interrupted after iteration {done}; wrote {CHECKPOINT}, metrics.jsonl, samples.jsonl, curves.png; "
+                  f"resume with: {resume}", flush=True)
+        else:
+            stat, value, it = bad
+            print(f"error: {stat}: {value} at iteration {it}; stopped and wrote the last good checkpoint (iteration {done}); "
+                  f"resume from it with a lower learning rate: {resume} --learning-rate {a.learning_rate / 2:g}",
+                  file=sys.stderr, flush=True)
+        return summary
+
     def finish(self) -> dict:
         """Evaluate after training and write curves.png, the policy and summary.json (rank 0). Returns the summary."""
         a = self.args
-        self.metrics_file.close()
-        self.samples_file.close()
+        for file in (self.metrics_file, self.samples_file):
+            if file is not None:
+                file.close()
+        if self.dp.is_main:
+            self.save_checkpoint(self.state("finished"))
         after = self.evaluate()
         self.say("after:  " + headline(self.task, after))
         if not self.dp.is_main:
@@ -318,8 +449,9 @@ class Run:
             "scores_before": self.before["scores"][:8], "scores_after": after["scores"][:8], "algo": a.algo,
             "task": self.task.name, "seed": a.seed,
             **self.algo.summary(),
+            "command": "rlhf", "status": "finished", "config": asdict(a),
         }
-        (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_json(summary, self.out_dir / "summary.json")
         if self.wandb is not None:
             self.wandb.summary.update({f"before/{k}": v for k, v in summary["before"].items()})
             self.wandb.summary.update({f"after/{k}": v for k, v in summary["after"].items()})
@@ -342,26 +474,58 @@ def curves_title(args: Args, name: str) -> str:
     return f"{name}  ({args.algo}, impl={args.impl}, reward={args.reward}, {ALGORITHMS[args.algo].title(args)})"
 
 
-def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend=None, pretrain_args=None,
-          progress: bool | None = None) -> dict:
-    """Run the loop; returns the summary (before/after evaluation, wall times, paths). See :class:`Run`."""
-    run = Run(args, model=model, tok=tok, task=task, backend=backend, pretrain_args=pretrain_args)
-    show = (args.progress and not args.quiet) if progress is None else progress
-    bar = None
-    if show and run.dp.is_main:
-        from tqdm import tqdm
+MAY_BE_NAN = ("env/reward_std",)
+"""Logged stats that are legitimately NaN (the std of a one-sample batch); any other NaN or inf stops the run."""
 
-        bar = tqdm(total=args.iterations, unit="it", dynamic_ncols=True, desc=args.algo, file=sys.stdout)
-    for it in range(args.iterations):
-        stats = run.iteration(it)
+
+def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend=None, pretrain_args=None,
+          progress: bool | None = None, resume: dict | None = None) -> dict:
+    """Run the loop; returns the summary (before/after evaluation, wall times, paths; ``status``). See :class:`Run`.
+
+    Ctrl-C (SIGINT) or SIGTERM: the iteration in progress finishes, then the checkpoint, metrics,
+    samples and curves are written and ``status`` is ``interrupted`` (a second signal drops the
+    iteration in progress). A NaN or inf in a stat or a weight: ``status`` is ``non-finite`` and
+    the checkpoint is the last good iteration's.
+    """
+    with StopSignals(message="stopping after this iteration (press Ctrl-C again to stop now)"
+                     if os.environ.get("RANK", "0") == "0" else None) as stop:  # torchrun: rank 0 speaks
+        run = Run(args, model=model, tok=tok, task=task, backend=backend, pretrain_args=pretrain_args, resume=resume)
+        show = (args.progress and not args.quiet) if progress is None else progress
+        bar = None
+        if show and run.dp.is_main:
+            from tqdm import tqdm
+
+            bar = tqdm(total=args.iterations, initial=run.start, unit="it", dynamic_ncols=True, desc=args.algo,
+                       file=sys.stdout)
+        every = args.checkpoint_every or max(1, args.iterations // 10)
+        status, bad = "finished", None
+        try:
+            for it in range(run.start, args.iterations):
+                stats = run.iteration(it)
+                found = first_non_finite(stats, allowed_nan=MAY_BE_NAN) or non_finite_weights(run.policy)
+                if run.dp.decide(found is not None):  # the stats are averaged over ranks: every rank agrees
+                    status, bad = "non-finite", (*(found or ("a stat on rank 0", float("nan"))), it + 1)
+                    break
+                if run.keep_good:
+                    run.good = run.state("running")
+                if (it + 1) % every == 0 and it + 1 < args.iterations:
+                    run.save_checkpoint(run.good if run.good is not None else run.state("running"))
+                if bar is not None:
+                    bar.set_postfix({"reward": f"{stats['env/reward_mean']:+.3f}", "KL": f"{stats['objective/kl']:.2f}"},
+                                    refresh=False)
+                    bar.update(1)
+                if run.dp.decide(stop.requested is not None):
+                    status = "interrupted"
+                    break
+                if args.time_budget_s and run.dp.decide(run.train_s >= args.time_budget_s):
+                    break
+        except Abandoned:
+            status = "interrupted"
         if bar is not None:
-            bar.set_postfix({"reward": f"{stats['env/reward_mean']:+.3f}", "KL": f"{stats['objective/kl']:.2f}"}, refresh=False)
-            bar.update(1)
-        if args.time_budget_s and run.dp.decide(run.train_s >= args.time_budget_s):
-            break
-    if bar is not None:
-        bar.close()
-    return run.finish()
+            bar.close()
+        if status != "finished":
+            return run.stopped(status, bad)
+        return run.finish()
 
 
 # --- several seeds ------------------------------------------------------------------------------
@@ -396,12 +560,17 @@ def write_seed_summary(args: Args, group: str, summaries: list[dict], histories:
 
 @command
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args, seeds = parse_command(argv)
+    saved = None
+    if args.resume:
+        args, saved = resume_args(args, seeds, argv)
+        seeds = [args.seed]
     require(len(set(seeds)) == len(seeds), "--seeds", f"repeated seed in {seeds}")
     for seed in seeds:
         validate(dataclasses.replace(args, seed=seed))
-    runs, group = seed_runs(args, seeds)
-    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 alone checks (another rank may already have written)
+    runs, group = ([args], None) if saved else seed_runs(args, seeds)
+    if os.environ.get("RANK", "0") == "0" and not saved:  # under torchrun, rank 0 alone checks
         for run in runs:
             check_new_run_dir(run.runs_dir, run.run_name, run.overwrite)
         if group:
@@ -411,7 +580,13 @@ def main(argv: list[str] | None = None) -> int:
         for run_args in runs:
             if len(runs) > 1 and not args.quiet and distributed.is_main():
                 print(f"== seed {run_args.seed}: {Path(run_args.runs_dir) / run_args.run_name} ==", flush=True)
-            summary = train(run_args)
+            try:
+                summary = train(run_args, resume=saved)
+            except Abandoned:  # a second Ctrl-C before the first iteration finished
+                print("rlhf: stopped before the first iteration finished; nothing to save", flush=True)
+                return INTERRUPTED
+            if summary.get("status") in ("interrupted", "non-finite"):
+                return INTERRUPTED if summary["status"] == "interrupted" else NON_FINITE
             summaries.append(summary)
             if summary["run_dir"]:
                 histories[run_args.seed] = [json.loads(line) for line in
