@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from workbook.checking import WrongAnswer, check_exercise, compare, describe_network, explain
+from workbook.checking import (DEFAULT_ATOL, DEFAULT_RTOL, WrongAnswer, _clone, check_exercise, compare, describe_call,
+                               describe_network, explain)
 
 # --- settings: every field the docstring names, at two values at least ------------------------
 
@@ -139,3 +140,22 @@ def documented_keys(value: Any, keys: Iterable[str]) -> Any:
     if isinstance(value, list):
         return [documented_keys(v, keys) for v in value]
     return value
+
+
+def check_call_documented_keys(impl: Any, ref: Any, exercise: str, *args: Any, keys: Iterable[str],
+                               rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL, **kwargs: Any) -> Any:
+    """:func:`~workbook.checking.check_call` for a function returning stats dicts: only the documented
+    ``keys`` are compared (each must be there; more are allowed). Also fails on inputs modified in place."""
+    keys = tuple(keys)
+    call = describe_call(exercise, *args, **kwargs)
+
+    def run(fn: Callable) -> Any:
+        return documented_keys(fn(*[_clone(a) for a in args], **{k: _clone(v) for k, v in kwargs.items()}), keys)
+
+    got = check_exercise(impl, ref, exercise, run, call=call, rtol=rtol, atol=atol)
+    copies, kw_copies = [_clone(a) for a in args], {k: _clone(v) for k, v in kwargs.items()}
+    getattr(impl, exercise)(*copies, **kw_copies)
+    for i, (before, after) in enumerate(list(zip(args, copies)) + [(kwargs[k], kw_copies[k]) for k in kwargs]):
+        if isinstance(before, torch.Tensor) and not torch.equal(before.detach(), after.detach()):
+            raise WrongAnswer(f"{call} modified its input #{i} in place; treat inputs as read-only")
+    return got
