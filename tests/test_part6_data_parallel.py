@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from workbook import variants
-from workbook.checking import WrongAnswer, check_call, check_exercise, compare, explain, matching_mistakes
+from workbook.checking import WrongAnswer, check_call, check_exercise, compare, explain, known_mistake, matching_mistakes
 from workbook.distributed import torchrun
 from workbook.distributed_check import WHITEN_CASES, gradient_case, gradient_loss, whiten_case
 
@@ -180,6 +180,33 @@ def test_global_masked_whiten_on_two_ranks(impl, ref, two_ranks, case):
     check_exercise(impl, ref, "global_masked_whiten", run,
                    call=f"global_masked_whiten(values, mask, shift_mean={shift_mean}) on {RANKS} ranks with values of "
                         f"shapes {shapes} and unequal mask counts; output: [each rank's result]")
+
+
+@pytest.mark.exercise("global_masked_whiten")
+def test_global_masked_whiten_refuses_fewer_than_two_elements_over_all_ranks(impl, two_ranks):
+    # Rank 0 holds one masked-in element, rank 1 none: the unbiased variance is 0/0 on every rank.
+    choice = _choice(impl.global_masked_whiten, "global_masked_whiten")
+    entries = [results.get((choice, "global_masked_whiten", "too_few")) for results in two_ranks.ranks]
+    if entries[0] and entries[0][:2] == ("error", "NotImplementedError"):
+        impl.global_masked_whiten(torch.ones(2), torch.ones(2))  # a stub: reported as not started
+    got = ["no result (did it hang?)" if e is None else e[1] if e[0] == "error" else "returned a tensor" for e in entries]
+    if got != ["ValueError", "ValueError"]:
+        labels = [known_mistake(PART, "global_masked_whiten", "no_global_count_check")] if "returned a tensor" in got else []
+        raise WrongAnswer(explain(f"global_masked_whiten(values, mask) on {RANKS} ranks, 1 masked-in element on rank 0 "
+                                  "and none on rank 1", f"expected a ValueError on every rank, got {got}", labels))
+
+
+@pytest.mark.exercise("global_masked_whiten")
+def test_global_masked_whiten_in_one_process_refuses_fewer_than_two_elements(impl):
+    values, mask = torch.randn(2, 3), torch.zeros(2, 3)
+    mask[1, 2] = 1.0
+    try:
+        out = impl.global_masked_whiten(values, mask)
+    except ValueError:
+        return
+    raise WrongAnswer(explain("global_masked_whiten(values, mask with 1 masked-in element) without torch.distributed",
+                              f"expected a ValueError (the unbiased variance of one element is 0/0), got {out}",
+                              [known_mistake(PART, "global_masked_whiten", "no_global_count_check")]))
 
 
 # --- the oracles themselves (not graded): the reference agrees with DDP and with one process --------------

@@ -76,6 +76,14 @@ def whiten_case(case: int, rank: int) -> tuple[torch.Tensor, torch.Tensor, bool]
     return values, mask, shift_mean
 
 
+def too_few_case(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One masked-in element on rank 0, none on rank 1: fewer than 2 over all ranks together."""
+    values, mask = torch.randn(2, 3, generator=torch.Generator().manual_seed(rank)), torch.zeros(2, 3)
+    if rank == 0:
+        mask[0, 1] = 1.0
+    return values, mask
+
+
 # --- mode "exercises" -----------------------------------------------------------------------------
 
 def _exercise_outputs(fns: Callable[[str], Any]) -> dict:
@@ -93,6 +101,7 @@ def _exercise_outputs(fns: Callable[[str], Any]) -> dict:
             values, mask, shift_mean = whiten_case(case, rank)
             return fns("global_masked_whiten")(values, mask, shift_mean)
         out[("global_masked_whiten", case)] = run_whiten
+    out[("global_masked_whiten", "too_few")] = lambda: fns("global_masked_whiten")(*too_few_case(rank))
     return out
 
 
