@@ -20,6 +20,8 @@ A helper that cannot do its job because of what the learner's code did raises
 from __future__ import annotations
 
 import dataclasses
+import re
+import traceback
 from typing import Any, Callable, Iterable
 
 import torch
@@ -159,3 +161,23 @@ def check_call_documented_keys(impl: Any, ref: Any, exercise: str, *args: Any, k
         if isinstance(before, torch.Tensor) and not torch.equal(before.detach(), after.detach()):
             raise WrongAnswer(f"{call} modified its input #{i} in place; treat inputs as read-only")
     return got
+
+
+# --- failures that come from an earlier part ------------------------------------------------------
+
+_PART_FILE = re.compile(r"[\\/]exercises[\\/](part(\d+)_\w+)\.py$")
+
+
+def earlier_part_in_traceback(error: BaseException, part: str) -> str | None:
+    """Where ``error`` was raised inside another part of exercises/ (the deepest such frame), as a
+    sentence naming that part and function; None if it did not pass through another part's file."""
+    found = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        match = _PART_FILE.search(frame.filename)
+        if match and match.group(1) != part:
+            found = (match.group(1), match.group(2), frame.name, frame.lineno)
+    if found is None:
+        return None
+    module, number, function, line = found
+    return (f"the error was raised inside Part {number}'s {function} (exercises/{module}.py, line {line}): "
+            f"{type(error).__name__}: {error}\nFix Part {number} first: pytest tests/test_{module}.py")
