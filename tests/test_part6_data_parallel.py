@@ -71,6 +71,17 @@ def test_data_seed_differs_across_ranks_and_runs(impl):
         seen[got] = (seed, rank)
 
 
+@pytest.mark.exercise("data_seed")
+@pytest.mark.parametrize("seed,rank", [(-1, 0), (3, -1)])
+def test_data_seed_refuses_negative_input(impl, seed, rank):
+    try:
+        got = impl.data_seed(seed, rank)
+    except ValueError:
+        return
+    raise WrongAnswer(explain(f"data_seed({seed}, {rank})", f"expected a ValueError (negative {'seed' if seed < 0 else 'rank'}), "
+                                                           f"got {got!r}"))
+
+
 # --- the single-process path (no process group) ------------------------------------------------------
 
 @pytest.mark.exercise("average_gradients")
@@ -180,6 +191,14 @@ def test_global_masked_whiten_on_two_ranks(impl, ref, two_ranks, case):
     check_exercise(impl, ref, "global_masked_whiten", run,
                    call=f"global_masked_whiten(values, mask, shift_mean={shift_mean}) on {RANKS} ranks with values of "
                         f"shapes {shapes} and unequal mask counts; output: [each rank's result]")
+
+
+@pytest.mark.exercise("global_masked_whiten")
+def test_global_masked_whiten_on_two_ranks_with_all_values_equal(impl, ref, two_ranks):
+    # Global variance 0: the documented (values − μ)·rsqrt(var + 1e-8) is finite (0 on every real token).
+    run = _runner(two_ranks, "global_masked_whiten", "tied", lambda fn: fn(torch.ones(2), torch.ones(2)))
+    check_exercise(impl, ref, "global_masked_whiten", run, rtol=1e-4, atol=1e-4,
+                   call=f"global_masked_whiten(values, mask) on {RANKS} ranks, every masked-in value 2.5 (variance 0)")
 
 
 @pytest.mark.exercise("global_masked_whiten")

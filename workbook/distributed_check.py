@@ -84,6 +84,13 @@ def too_few_case(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     return values, mask
 
 
+def tied_case(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every masked-in element on both ranks equal (global variance 0); padding holds other values."""
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]) if rank == 0 else torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    values = torch.where(mask.bool(), torch.full_like(mask, 2.5), torch.full_like(mask, 2.5 + 1e-3 * (rank + 1)))
+    return values, mask
+
+
 # --- mode "exercises" -----------------------------------------------------------------------------
 
 def _exercise_outputs(fns: Callable[[str], Any]) -> dict:
@@ -102,6 +109,7 @@ def _exercise_outputs(fns: Callable[[str], Any]) -> dict:
             return fns("global_masked_whiten")(values, mask, shift_mean)
         out[("global_masked_whiten", case)] = run_whiten
     out[("global_masked_whiten", "too_few")] = lambda: fns("global_masked_whiten")(*too_few_case(rank))
+    out[("global_masked_whiten", "tied")] = lambda: fns("global_masked_whiten")(*tied_case(rank))
     return out
 
 
