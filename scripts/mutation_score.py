@@ -64,6 +64,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds one mutant's test run may take (default: 4x the unmutated run, at least 60)")
     p.add_argument("--work-dir", default=str(ROOT / ".mutation"), help="where the scratch copies go (default .mutation/)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run of these parts instead of restarting")
+    p.add_argument("--rerun-survivors", action="store_true",
+                   help="after sharpening tests: run the last run's survivors again with the current tests (the "
+                        "reference's code must be unchanged since that run; docstrings may differ)")
     p.add_argument("--report-only", action="store_true", help="only print the results of the last run of these parts")
     p.add_argument("--no-progress", action="store_true", help="no progress lines while the mutants run")
     try:
@@ -73,6 +76,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     bad = [n for n in args.part if n not in PARTS]
     if bad:
         fail("--part", f"{bad[0]} is not a part; choose from {', '.join(map(str, PARTS))}")
+    if args.resume + args.rerun_survivors + args.report_only > 1:
+        fail("--resume/--rerun-survivors/--report-only", "choose one")
     if args.timeout is not None and args.timeout <= 0:
         fail("--timeout", f"must be positive, got {args.timeout}")
     return args
@@ -112,28 +117,66 @@ def test_files(part: str) -> list[str]:
     return sorted(f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py") if f'PART = "{part}"' in p.read_text())
 
 
-def make_scratch(part: str, work: Path) -> None:
-    """A copy of the repository in which exercises/ is the reference solutions."""
-    if work.exists():
-        shutil.rmtree(work)
+def make_scratch(part: str, work: Path, keep_exercises: bool = False) -> None:
+    """A copy of the repository in which exercises/ is the reference solutions.
+
+    ``keep_exercises``: refresh everything but exercises/ (whose file positions the session's
+    mutants point into).
+    """
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    work.mkdir(parents=True)
+    for name in ("workbook", "solutions", "tests", "pyproject.toml") if keep_exercises else (".",):
+        if (work / name).is_dir():
+            shutil.rmtree(work / name)
+        elif (work / name).exists():
+            (work / name).unlink()
+    work.mkdir(parents=True, exist_ok=True)
     for name in ("workbook", "solutions"):
         shutil.copytree(ROOT / name, work / name, ignore=ignore)
     (work / "tests").mkdir()
     for f in ["tests/conftest.py", *test_files(part)]:
         shutil.copy(ROOT / f, work / f)
     shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")
-    shutil.copytree(ROOT / "solutions", work / "exercises", ignore=ignore)
+    if not keep_exercises:
+        shutil.copytree(ROOT / "solutions", work / "exercises", ignore=ignore)
+        shutil.copy(ROOT / "solutions" / f"{part}.py", work / "original.py")  # cosmic-ray mutates exercises/ in place
+
+
+def code_without_docstrings(path: Path) -> str:
+    import ast
+
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(
+                getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def reopen_survivors(part: str, work: Path) -> int:
+    """Forget the survivors' results (so ``cosmic-ray exec`` runs them again); how many."""
+    import sqlite3
+
+    if code_without_docstrings(work / "original.py") != code_without_docstrings(ROOT / "solutions" / f"{part}.py"):
+        fail("--rerun-survivors", f"solutions/{part}.py's code changed since the last run; run it again in full")
+    make_scratch(part, work, keep_exercises=True)
+    with sqlite3.connect(work / "session.sqlite") as db:
+        n = db.execute("DELETE FROM work_results WHERE lower(test_outcome) = 'survived'").rowcount
+    return n
 
 
 def pytest_command(part: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "--impl=exercises", "-x", "-q", "-p", "no:cacheprovider", *test_files(part)]
 
 
-def run_part(part: str, work: Path, timeout: float | None, resume: bool, progress: bool) -> None:
+def run_part(part: str, work: Path, timeout: float | None, resume: bool, progress: bool,
+             rerun_survivors: bool = False) -> None:
     session = work / "session.sqlite"
-    if not (resume and session.exists()):
+    if rerun_survivors:
+        if not session.exists():
+            fail("--rerun-survivors", f"no run of {part} in {work}")
+        print(f"{part}: running {reopen_survivors(part, work)} survivors again", file=sys.stderr)
+    elif not (resume and session.exists()):
         make_scratch(part, work)
         start = time.monotonic()
         base = subprocess.run(pytest_command(part), cwd=work, capture_output=True, text=True)
@@ -189,7 +232,7 @@ def read_part(part: str, work: Path, equivalents: list[Equivalent]) -> list[Muta
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome
 
-    source = (work / "exercises" / f"{part}.py").read_text().splitlines()
+    source = (work / "original.py").read_text().splitlines()
     mutants = []
     with use_db(str(work / "session.sqlite"), WorkDB.Mode.open) as db:
         results = dict(db.results)
@@ -244,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             if not (work / "session.sqlite").exists():
                 fail("--report-only", f"no run of {part} in {work}")
         else:
-            run_part(part, work, args.timeout, args.resume, not args.no_progress)
+            run_part(part, work, args.timeout, args.resume, not args.no_progress, args.rerun_survivors)
         mutants = read_part(part, work, equivalents)
         table[part] = summary(mutants)
         for m in mutants:

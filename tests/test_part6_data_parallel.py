@@ -107,6 +107,12 @@ def test_global_masked_whiten_in_one_process_is_masked_whiten(impl, ref, case, m
     torch.testing.assert_close(ref.global_masked_whiten(values, mask, shift_mean), part3.masked_whiten(values, mask, shift_mean))
 
 
+@pytest.mark.exercise("global_masked_whiten")
+def test_global_masked_whiten_shifts_the_mean_by_default(impl, ref):
+    values, mask, _ = whiten_case(1, rank=0)
+    check_call(impl, ref, "global_masked_whiten", values, mask)  # shift_mean left out: True, as in Part 3
+
+
 # --- two processes: one torchrun job for the whole module ------------------------------------------------
 
 class TwoRanks:
@@ -199,6 +205,14 @@ def test_global_masked_whiten_on_two_ranks_with_all_values_equal(impl, ref, two_
     run = _runner(two_ranks, "global_masked_whiten", "tied", lambda fn: fn(torch.ones(2), torch.ones(2)))
     check_exercise(impl, ref, "global_masked_whiten", run, rtol=1e-4, atol=1e-4,
                    call=f"global_masked_whiten(values, mask) on {RANKS} ranks, every masked-in value 2.5 (variance 0)")
+
+
+@pytest.mark.exercise("global_masked_whiten")
+def test_global_masked_whiten_on_two_ranks_with_one_element_each(impl, ref, two_ranks):
+    # Globally n = 2: enough for the unbiased variance, although each rank alone holds one element.
+    run = _runner(two_ranks, "global_masked_whiten", "pair", lambda fn: fn(torch.ones(2), torch.ones(2)))
+    check_exercise(impl, ref, "global_masked_whiten", run,
+                   call=f"global_masked_whiten(values, mask) on {RANKS} ranks with one masked-in element on each")
 
 
 @pytest.mark.exercise("global_masked_whiten")

@@ -84,6 +84,12 @@ def too_few_case(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     return values, mask
 
 
+def pair_case(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One masked-in element on each rank: exactly the 2 the unbiased variance needs."""
+    values = torch.tensor([[1.0 + 2.0 * rank, -4.0], [0.5, 9.0]])
+    return values, torch.tensor([[1.0, 0.0], [0.0, 0.0]])
+
+
 def tied_case(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Every masked-in element on both ranks equal (global variance 0); padding holds other values."""
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]) if rank == 0 else torch.tensor([[1.0, 0.0], [1.0, 1.0]])
@@ -110,6 +116,7 @@ def _exercise_outputs(fns: Callable[[str], Any]) -> dict:
         out[("global_masked_whiten", case)] = run_whiten
     out[("global_masked_whiten", "too_few")] = lambda: fns("global_masked_whiten")(*too_few_case(rank))
     out[("global_masked_whiten", "tied")] = lambda: fns("global_masked_whiten")(*tied_case(rank))
+    out[("global_masked_whiten", "pair")] = lambda: fns("global_masked_whiten")(*pair_case(rank))
     return out
 
 
