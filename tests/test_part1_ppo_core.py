@@ -349,10 +349,10 @@ def test_scheduler_decays_linearly_to_end_lr(impl, ref, initial_lr, end_lr, tota
                    rtol=1e-9, atol=1e-12)
 
 
-def optimizer_summary(make_optimizer):
+def optimizer_summary(make_optimizer, total_phases: int = 4, initial_lr: float = 1e-3, end_lr: float = 1e-4):
     torch.manual_seed(0)
     actor, critic = nn.Linear(4, 2), nn.Linear(4, 1)
-    opt, scheduler = make_optimizer(actor, critic, 4, 1e-3, 1e-4)
+    opt, scheduler = make_optimizer(actor, critic, total_phases, initial_lr, end_lr)
     params = [p for group in opt.param_groups for p in group["params"]]
     wanted = list(actor.parameters()) + list(critic.parameters())
     group = opt.param_groups[0]
@@ -362,14 +362,17 @@ def optimizer_summary(make_optimizer):
         "weight_decay": group.get("weight_decay", 0.0),
         "is Adam": isinstance(opt, torch.optim.Adam),
     }
-    for _ in range(4):
+    lrs = []
+    for _ in range(total_phases):
         scheduler.step()
-    summary["lr after 4 scheduler steps"] = opt.param_groups[0]["lr"]
+        lrs.append(opt.param_groups[0]["lr"])
+    summary["lr after each scheduler step"] = lrs
     return summary
 
 
 @pytest.mark.exercise("make_optimizer")
-def test_make_optimizer_settings(impl, ref):
-    check_exercise(impl, ref, "make_optimizer", optimizer_summary,
-                   call="make_optimizer(nn.Linear(4, 2), nn.Linear(4, 1), total_phases=4, initial_lr=1e-3, end_lr=1e-4)",
-                   rtol=1e-9, atol=1e-12)
+@pytest.mark.parametrize("total_phases,initial_lr,end_lr", [(4, 1e-3, 1e-4), (3, 2.5e-4, 0.0)])
+def test_make_optimizer_settings(impl, ref, total_phases, initial_lr, end_lr):
+    check_exercise(impl, ref, "make_optimizer", lambda fn: optimizer_summary(fn, total_phases, initial_lr, end_lr),
+                   call=f"make_optimizer(nn.Linear(4, 2), nn.Linear(4, 1), total_phases={total_phases}, "
+                        f"initial_lr={initial_lr}, end_lr={end_lr})", rtol=1e-9, atol=1e-12)
