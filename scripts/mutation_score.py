@@ -17,6 +17,9 @@ a changed default hyper-parameter the tests always pass explicitly, ...) are lis
 ``tests/equivalent_mutants.txt``, one line each with the reason.
 Score = killed / (mutants − equivalent). Prints a table, the survivors, and a JSON last line.
 
+Only the exercises' code is mutated (the functions and methods that exercises/ stubs out, with
+their decorators and signatures): the given code (trainers, configs, helpers) is tested elsewhere.
+
 Operators: a mutmut-like subset of cosmic-ray's (one natural swap per arithmetic operator,
 boundary swaps of comparisons, ``and``/``or``, ``not``, ``True``/``False``, numbers ±1,
 ``break``/``continue``, loops that never run, removed decorators, caught exception types);
@@ -165,6 +168,49 @@ def reopen_survivors(part: str, work: Path) -> int:
     return n
 
 
+def exercise_lines(part: str, source: Path | None = None) -> set[int]:
+    """Lines of solutions/<part>.py inside an exercise (a function or method that exercises/ stubs out),
+    decorators and signature included. Given code (trainers, dataclasses, helpers) is not the exercise
+    tests' to grade: its mutants are left out of the score."""
+    import ast
+
+    sys.path.insert(0, str(ROOT))
+    from workbook.mirror import is_stub
+
+    def functions(path: Path) -> dict[str, ast.FunctionDef]:
+        out = {}
+
+        def walk(node, prefix):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    name = f"{prefix}{child.name}"
+                    if not isinstance(child, ast.ClassDef):
+                        out[name] = child
+                    walk(child, name + ".")
+        walk(ast.parse(path.read_text()), "")
+        return out
+
+    stubbed = {name for name, fn in functions(ROOT / "exercises" / f"{part}.py").items() if is_stub(fn)}
+    lines = set()
+    for name, fn in functions(source or ROOT / "solutions" / f"{part}.py").items():
+        if name in stubbed:
+            first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)])
+            lines.update(range(first, fn.end_lineno + 1))
+    return lines
+
+
+def skip_given_code(part: str, work: Path) -> None:
+    """Mark the mutants outside the exercises as skipped (before they run)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    inside = exercise_lines(part, work / "original.py")
+    with use_db(str(work / "session.sqlite"), WorkDB.Mode.open) as db:
+        for item in db.pending_work_items:
+            if item.mutations[0].start_pos[0] not in inside:
+                db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output="given code"))
+
+
 def pytest_command(part: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "--impl=exercises", "-x", "-q", "-p", "no:cacheprovider", *test_files(part)]
 
@@ -194,6 +240,7 @@ def run_part(part: str, work: Path, timeout: float | None, resume: bool, progres
         bindir = Path(sys.executable).parent
         subprocess.run([bindir / "cosmic-ray", "init", "cosmic-ray.toml", "session.sqlite"], cwd=work, check=True)
         subprocess.run([bindir / "cr-filter-operators", "session.sqlite", "cosmic-ray.toml"], cwd=work, check=True)
+        skip_given_code(part, work)
         print(f"{part}: baseline {took:.0f} s, mutant timeout {timeout:.0f} s", file=sys.stderr)
     proc = subprocess.Popen([Path(sys.executable).parent / "cosmic-ray", "exec", "cosmic-ray.toml", "session.sqlite"], cwd=work)
     try:
@@ -233,6 +280,7 @@ def read_part(part: str, work: Path, equivalents: list[Equivalent]) -> list[Muta
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome
 
     source = (work / "original.py").read_text().splitlines()
+    inside = exercise_lines(part, work / "original.py")
     mutants = []
     with use_db(str(work / "session.sqlite"), WorkDB.Mode.open) as db:
         results = dict(db.results)
@@ -242,6 +290,8 @@ def read_part(part: str, work: Path, equivalents: list[Equivalent]) -> list[Muta
                 continue  # an operator outside KEPT_OPERATORS
             spec = item.mutations[0]
             line = spec.start_pos[0]
+            if line not in inside:
+                continue  # given code
             code = source[line - 1].strip()
             mutated = next((d[1:].strip() for d in (result.diff or "").splitlines()
                             if d.startswith("+") and not d.startswith("+++")), "") if result else ""
