@@ -393,3 +393,23 @@ def test_raising_chosen_and_lowering_rejected_lowers_the_loss(impl):
                                   "on real tokens d loss / d chosen log-probs must be < 0 and d loss / d rejected log-probs > 0",
                                   diagnose("dpo_loss", impl.dpo_loss(pol_c, pol_r, ref_c, ref_r, cm, rm, 0.5),
                                            pol_c, pol_r, ref_c, ref_r, cm, rm, 0.5)))
+
+
+# --- the documented defaults ------------------------------------------------------------------
+
+@pytest.mark.exercise("grpo_advantages")
+def test_grpo_advantages_defaults(impl, ref):
+    # scale="group", eps=1e-4 when left out (the signature is part of the docstring).
+    check_call(impl, ref, "grpo_advantages", group_rewards(5, 3, 4), 4)
+
+
+@pytest.mark.exercise("grpo_loss")
+def test_grpo_loss_defaults(impl, ref):
+    # cliprange=0.2, beta=0.04, normalisation="sequence" when left out.
+    check_call_documented_keys(impl, ref, "grpo_loss", *grpo_inputs(7), keys=GRPO_STATS)
+
+
+@pytest.mark.exercise("dpo_loss")
+def test_dpo_loss_defaults(impl, ref):
+    # beta=0.1 when left out.
+    check_call_documented_keys(impl, ref, "dpo_loss", *dpo_inputs(9), keys=DPO_STATS)

@@ -128,12 +128,12 @@ class TwoRanks:
         for rank, results in enumerate(self.ranks):
             entry = results.get((choice, exercise, case))
             if entry is None:
-                raise RuntimeError(f"{choice}.{exercise} did not finish on rank {rank} (a collective called on one "
-                                   f"rank only waits forever); the job's log ends with:\n{self.log[-2000:]}")
+                raise WrongAnswer(f"{exercise} did not finish on rank {rank} of the two-process job (a collective "
+                                  f"called on one rank only waits forever); the job's log ends with:\n{self.log[-2000:]}")
             if entry[0] == "error":
                 if entry[1] == "NotImplementedError":
                     return ["not started"]
-                raise RuntimeError(f"{exercise} raised {entry[1]} on rank {rank}:\n{entry[2][-2000:]}")
+                raise WrongAnswer(f"{exercise} raised {entry[1]} on rank {rank} of the two-process job:\n{entry[2][-2000:]}")
             outputs.append(entry[1])
         return outputs
 
