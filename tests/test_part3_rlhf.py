@@ -549,6 +549,19 @@ def test_batched_forward_pass_matches_reference(impl, ref, temperature, return_l
 
 
 @pytest.mark.exercise("batched_forward_pass")
+def test_forward_pass_keeps_the_gradient(impl, ref):
+    # "Don't wrap this in torch.no_grad(): the PPO update calls it for gradients too."
+    model = ref.GPTWithValueHead(tiny_lm(2))
+    queries, responses = forward_inputs(1, n=3)
+    logprobs, _, values, _ = impl.batched_forward_pass(model, queries, responses)
+    if not (logprobs.requires_grad and values.requires_grad):
+        raise WrongAnswer(explain("batched_forward_pass(GPTWithValueHead whose parameters require grad, 3 queries, ...)",
+                                  f"logprobs.requires_grad={logprobs.requires_grad}, values.requires_grad="
+                                  f"{values.requires_grad}: both must carry the model's gradient",
+                                  [mistake("batched_forward_pass", "wrapped_in_no_grad")]))
+
+
+@pytest.mark.exercise("batched_forward_pass")
 def test_forward_pass_log_probs_are_the_models_own(impl, ref):
     model = ref.GPTWithValueHead(tiny_lm(1))
     query, response = torch.tensor([1, 5, 9]), torch.tensor([12, 7, 2])
