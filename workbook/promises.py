@@ -180,4 +180,5 @@ def earlier_part_in_traceback(error: BaseException, part: str) -> str | None:
         return None
     module, number, function, line = found
     return (f"the error was raised inside Part {number}'s {function} (exercises/{module}.py, line {line}): "
-            f"{type(error).__name__}: {error}\nFix Part {number} first: pytest tests/test_{module}.py")
+            f"{type(error).__name__}: {error}\nRun Part {number}'s tests first (pytest tests/test_{module}.py); if they "
+            f"pass, look at the arguments {part.split('_')[0].replace('part', 'Part ')} gives {function}")
