@@ -168,7 +168,7 @@ def reopen_survivors(part: str, work: Path) -> int:
     return n
 
 
-def exercise_lines(part: str, source: Path | None = None) -> set[int]:
+def exercise_lines(part: str, source: Path | None = None) -> dict[int, str]:
     """Lines of solutions/<part>.py inside an exercise (a function or method that exercises/ stubs out),
     decorators and signature included. Given code (trainers, dataclasses, helpers) is not the exercise
     tests' to grade: its mutants are left out of the score."""
@@ -191,11 +191,12 @@ def exercise_lines(part: str, source: Path | None = None) -> set[int]:
         return out
 
     stubbed = {name for name, fn in functions(ROOT / "exercises" / f"{part}.py").items() if is_stub(fn)}
-    lines = set()
+    lines = {}
     for name, fn in functions(source or ROOT / "solutions" / f"{part}.py").items():
         if name in stubbed:
             first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)])
-            lines.update(range(first, fn.end_lineno + 1))
+            # The exercise's name (its tests' marker): the class for a method (PPOAgent.play_step → PPOAgent).
+            lines.update(dict.fromkeys(range(first, fn.end_lineno + 1), name.split(".")[0]))
     return lines
 
 
@@ -211,8 +212,29 @@ def skip_given_code(part: str, work: Path) -> None:
                 db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output="given code"))
 
 
-def pytest_command(part: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "--impl=exercises", "-x", "-q", "-p", "no:cacheprovider", *test_files(part)]
+def pytest_command(part: str, exercise: str | None = None) -> list[str]:
+    select = ["-k", exercise] if exercise else []
+    return [sys.executable, "-m", "pytest", "--impl=exercises", "-x", "-q", "-p", "no:cacheprovider", *select,
+            *test_files(part)]
+
+
+def run_one(part: str) -> int:
+    """cosmic-ray's test command: the tests of the exercise the current mutant changed (``-k NAME``).
+
+    Run in the scratch copy while a mutant is applied: the changed line is found by comparing
+    exercises/<part>.py with original.py. Judging a mutant by its own exercise's tests is what
+    the score means (each exercise's tests against its code), and it makes a run several times faster.
+    """
+    import difflib
+
+    work = Path.cwd()
+    before, after = (work / "original.py").read_text().splitlines(), (work / "exercises" / f"{part}.py").read_text().splitlines()
+    changed = [i + 1 for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, before, after).get_opcodes() if tag != "equal"
+               for i in range(i1, max(i2, i1 + 1))]
+    owners = exercise_lines(part, work / "original.py")
+    names = {owners[line] for line in changed if line in owners}
+    exercise = names.pop() if len(names) == 1 else None
+    return subprocess.run(pytest_command(part, exercise), cwd=work).returncode
 
 
 def run_part(part: str, work: Path, timeout: float | None, resume: bool, progress: bool,
@@ -232,8 +254,9 @@ def run_part(part: str, work: Path, timeout: float | None, resume: bool, progres
             fail("baseline", f"the {part} tests fail on the unmutated reference; fix that first")
         timeout = timeout or max(60.0, 4 * took)
         exclude = "^(?!(" + "|".join(KEPT_OPERATORS) + ")$)"
+        one = f"{sys.executable} {Path(__file__).resolve()} --run-one {part}"
         config = (f'[cosmic-ray]\nmodule-path = "exercises/{part}.py"\ntimeout = {timeout}\nexcluded-modules = []\n'
-                  f"test-command = {json.dumps(' '.join(pytest_command(part)))}\n\n"
+                  f"test-command = {json.dumps(one)}\n\n"
                   f'[cosmic-ray.distributor]\nname = "local"\n\n'
                   f"[cosmic-ray.filters.operators-filter]\nexclude-operators = [{json.dumps(exclude)}]\n")
         (work / "cosmic-ray.toml").write_text(config)
@@ -322,6 +345,9 @@ def summary(mutants: list[Mutant]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--run-one"]:  # cosmic-ray's test command (see run_one)
+        return run_one(argv[1])
     args = parse_args(argv)
     try:
         import cosmic_ray  # noqa: F401
