@@ -426,3 +426,12 @@ def test_clipped_value_loss_refuses_a_clip_range_that_is_not_positive(impl, clip
     values, old_values, returns = value_inputs(0)
     expect_value_error(f"calc_clipped_value_function_loss(..., clip_range={clip_range})",
                        lambda: impl.calc_clipped_value_function_loss(values, old_values, returns, 0.5, clip_range))
+
+
+@pytest.mark.exercise("make_optimizer")
+def test_make_optimizer_decays_to_zero_by_default(impl, ref):
+    # end_lr is 0.0 when left out (the signature is part of the docstring).
+    check_exercise(impl, ref, "make_optimizer",
+                   lambda fn: optimizer_summary(lambda a, c, t, lr, _end: fn(a, c, t, lr), 3, 1e-3, None),
+                   call="make_optimizer(nn.Linear(4, 2), nn.Linear(4, 1), total_phases=3, initial_lr=1e-3)",
+                   rtol=1e-9, atol=1e-12)
