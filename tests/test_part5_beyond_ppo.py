@@ -252,10 +252,16 @@ def test_grpo_loss_stats_hold_no_graph(impl):
 
 
 @pytest.mark.exercise("grpo_loss")
-@pytest.mark.parametrize("normalisation,max_len", [("constant", None), ("mean", None)])
+@pytest.mark.parametrize("normalisation,max_len", [("constant", None), ("constant", 0), ("mean", None)])
 def test_grpo_loss_rejects_bad_normalisation(impl, normalisation, max_len):
     expect_value_error(impl, "grpo_loss", f"grpo_loss(..., normalisation={normalisation!r}, max_len={max_len})", None,
                        *grpo_inputs(0), 0.2, 0.04, normalisation, max_len)
+
+
+@pytest.mark.exercise("grpo_loss")
+def test_grpo_loss_constant_accepts_max_len_1(impl, ref):
+    # The smallest max_len the docstring allows (a fixed denominator B · 1).
+    check_call_documented_keys(impl, ref, "grpo_loss", *grpo_inputs(3), 0.2, 0.04, "constant", 1, keys=GRPO_STATS)
 
 
 # --- rloo_advantages --------------------------------------------------------------------
