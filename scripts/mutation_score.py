@@ -60,8 +60,14 @@ def fail(field: str, what: str) -> None:
     raise SystemExit(2)
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (the workbook's convention)
+        field, _, what = message.partition(": ")
+        fail(field.removeprefix("argument ").split("/")[0] if what else "arguments", what or message)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--part", type=int, nargs="+", default=sorted(PARTS), metavar="N", help="parts to measure (default: all)")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds one mutant's test run may take (default: 4x the unmutated run, at least 60)")
@@ -72,10 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "reference's code must be unchanged since that run; docstrings may differ)")
     p.add_argument("--report-only", action="store_true", help="only print the results of the last run of these parts")
     p.add_argument("--no-progress", action="store_true", help="no progress lines while the mutants run")
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as e:
-        raise SystemExit(2 if e.code else 0) from None
+    args = p.parse_args(argv)
     bad = [n for n in args.part if n not in PARTS]
     if bad:
         fail("--part", f"{bad[0]} is not a part; choose from {', '.join(map(str, PARTS))}")
