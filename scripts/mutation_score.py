@@ -99,8 +99,9 @@ class Equivalent:
     reason: str
 
     def matches(self, part: str, operator: str, code: str) -> bool:
-        return (fnmatch.fnmatchcase(part, self.part) and fnmatch.fnmatchcase(operator, self.operator)
-                and fnmatch.fnmatchcase(code, self.code))
+        def match(text: str, pattern: str) -> bool:  # the literal text, or a glob (code holds [ ] literally)
+            return text == pattern or fnmatch.fnmatchcase(text, pattern)
+        return match(part, self.part) and match(operator, self.operator) and match(code, self.code)
 
 
 def load_equivalents(path: Path = EQUIVALENTS) -> list[Equivalent]:
