@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 # A CPU build of torch, installed before the project so pip never pulls a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup test main grade clean
+.PHONY: setup test main grade mutation clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,5 +29,11 @@ main: $(VENV)/.installed
 grade: $(VENV)/.installed
 	$(PY) -m workbook grade
 
+# Maintainers' tool (slow: minutes to an hour per part on 2 cores): the mutation score of the
+# exercise tests per part, with the survivors listed (docs/mutation.md). PART=1 for one part.
+mutation: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[mutation]"
+	nice -n 15 $(PY) scripts/mutation_score.py $(if $(PART),--part $(PART))
+
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache wandb runs
+	rm -rf $(VENV) *.egg-info .pytest_cache wandb runs .mutation

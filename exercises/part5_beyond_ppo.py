@@ -169,7 +169,7 @@ def grpo_loss(
     - The KL is *added* (a penalty), with weight β; β = 0 must drop it exactly.
     - "sequence" is a mean of per-row means, not one masked mean over all tokens.
     - "constant" divides by ``B · max_len`` whatever the actual lengths; it needs
-      ``max_len`` (``ValueError`` without it, or for an unknown normalisation).
+      ``max_len >= 1`` (``ValueError`` without it, for ``max_len < 1``, or for an unknown normalisation).
     """
     raise NotImplementedError()
 

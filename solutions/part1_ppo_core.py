@@ -53,6 +53,8 @@ def compute_advantages(
     - Forgetting ``(1 − d)`` in the recursion lets one episode's advantage leak into the
       previous one.
     - The recursion multiplies by γ·λ, the TD error by γ alone — don't swap them.
+    - ``gamma`` or ``gae_lambda`` outside [0, 1] is a ``ValueError``: a typo such as λ = 9.5
+      would otherwise blow the advantages up without a word.
     - No gradient may flow into the critic through the advantages: compute under
       ``torch.no_grad()`` (or detach). Return a tensor on the same device as the inputs.
     """
@@ -90,6 +92,7 @@ def get_minibatch_indices(rng: np.random.Generator, batch_size: int, minibatch_s
       must give the same minibatches.
     - If ``batch_size`` is not a multiple of ``minibatch_size``, raise a ``ValueError``
       that says so; silently dropping the remainder wastes data and hides a config bug.
+      A size that is not positive is a ``ValueError`` too.
     """
     if minibatch_size <= 0 or batch_size <= 0:
         raise ValueError(f"batch_size and minibatch_size must be positive, got {batch_size} and {minibatch_size}")
@@ -130,6 +133,8 @@ def calc_clipped_surrogate_objective(
       ``old − new`` is the inverse ratio.
     - Normalise the advantages (``std`` with its default unbiased estimate, plus ``eps``).
     - Return the objective itself; the optimizer maximises, so do not negate it here.
+    - ``clip_coef <= 0`` is a ``ValueError`` (0 freezes every ratio at 1; a negative one
+      inverts the clip range).
     """
     if clip_coef <= 0:
         raise ValueError(f"clip_coef must be positive, got {clip_coef}")
@@ -181,6 +186,7 @@ def calc_clipped_value_function_loss(
     - ``min`` instead of ``max`` turns the pessimistic bound into an optimistic one.
     - Clip around the *old values*, not around the returns and not to ``[−c, c]``.
     - Keep the ``0.5`` — it is part of this form (and of TRL's numbers).
+    - ``clip_range <= 0`` is a ``ValueError``.
     """
     if clip_range <= 0:
         raise ValueError(f"clip_range must be positive, got {clip_range}")

@@ -49,7 +49,8 @@ def data_seed(seed: int, rank: int) -> int:
       same data N times, so the gradient is no better than a single process's);
     - runs with nearby seeds don't share a stream: rank 1 of ``seed=1`` must not be rank 0 of
       ``seed=2`` (``seed + rank`` fails that);
-    - a non-negative ``int`` (gymnasium and numpy refuse negative seeds).
+    - a non-negative ``int`` (gymnasium and numpy refuse negative seeds); a negative ``seed``
+      or ``rank`` is a ``ValueError``.
 
     What is *not* seeded per rank: the weights. They start identical on every rank —
     DistributedDataParallel broadcasts rank 0's at construction; code that averages

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from workbook.cartpole import PROBE_IDS
+from workbook.promises import earlier_part_in_traceback
 
 PART = "part2_cartpole"
 GAMMA = 0.99
@@ -22,7 +23,13 @@ def train_on_probe(impl, probe: int):
     args = impl.PPOArgs(env_id=PROBE_IDS[probe - 1], num_envs=8, num_steps_per_rollout=16, total_timesteps=4096,
                         learning_rate=3e-3, ent_coef=0.0, gamma=GAMMA, seed=1)
     trainer = impl.PPOTrainer(args)
-    trainer.train()
+    try:
+        trainer.train()
+    except Exception as error:  # noqa: BLE001 — an error raised inside Part 1 is reported as Part 1's
+        where = earlier_part_in_traceback(error, PART)
+        if where:
+            raise AssertionError(where) from None
+        raise
     obs = torch.tensor([[-1.0], [0.0], [1.0]])
     with torch.no_grad():
         values = trainer.critic(obs).squeeze(-1)

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.distributions.categorical import Categorical
 
-from workbook.checking import WrongAnswer, assert_close, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
+from workbook.checking import (WrongAnswer, assert_close, check_call, check_exercise, describe_call, explain, known_mistake,
+                               matching_mistakes, summarize)
 
 PART = "part1_ppo_core"
 POINTS = {
@@ -349,10 +350,10 @@ def test_scheduler_decays_linearly_to_end_lr(impl, ref, initial_lr, end_lr, tota
                    rtol=1e-9, atol=1e-12)
 
 
-def optimizer_summary(make_optimizer):
+def optimizer_summary(make_optimizer, total_phases: int = 4, initial_lr: float = 1e-3, end_lr: float = 1e-4):
     torch.manual_seed(0)
     actor, critic = nn.Linear(4, 2), nn.Linear(4, 1)
-    opt, scheduler = make_optimizer(actor, critic, 4, 1e-3, 1e-4)
+    opt, scheduler = make_optimizer(actor, critic, total_phases, initial_lr, end_lr)
     params = [p for group in opt.param_groups for p in group["params"]]
     wanted = list(actor.parameters()) + list(critic.parameters())
     group = opt.param_groups[0]
@@ -362,14 +363,75 @@ def optimizer_summary(make_optimizer):
         "weight_decay": group.get("weight_decay", 0.0),
         "is Adam": isinstance(opt, torch.optim.Adam),
     }
-    for _ in range(4):
+    lrs = []
+    for _ in range(total_phases):
         scheduler.step()
-    summary["lr after 4 scheduler steps"] = opt.param_groups[0]["lr"]
+        lrs.append(opt.param_groups[0]["lr"])
+    summary["lr after each scheduler step"] = lrs
     return summary
 
 
 @pytest.mark.exercise("make_optimizer")
-def test_make_optimizer_settings(impl, ref):
-    check_exercise(impl, ref, "make_optimizer", optimizer_summary,
-                   call="make_optimizer(nn.Linear(4, 2), nn.Linear(4, 1), total_phases=4, initial_lr=1e-3, end_lr=1e-4)",
+@pytest.mark.parametrize("total_phases,initial_lr,end_lr", [(4, 1e-3, 1e-4), (3, 2.5e-4, 0.0)])
+def test_make_optimizer_settings(impl, ref, total_phases, initial_lr, end_lr):
+    check_exercise(impl, ref, "make_optimizer", lambda fn: optimizer_summary(fn, total_phases, initial_lr, end_lr),
+                   call=f"make_optimizer(nn.Linear(4, 2), nn.Linear(4, 1), total_phases={total_phases}, "
+                        f"initial_lr={initial_lr}, end_lr={end_lr})", rtol=1e-9, atol=1e-12)
+
+
+# --- arguments the docstrings refuse ------------------------------------------------------------
+# Each docstring names the values that are a ValueError; the boundary values just inside are fine.
+
+def expect_value_error(call: str, fn, *args) -> None:
+    try:
+        got = fn(*args)
+    except ValueError:
+        return
+    raise WrongAnswer(explain(call, f"expected a ValueError, got a result ({summarize(got)})"))
+
+
+@pytest.mark.exercise("compute_advantages")
+@pytest.mark.parametrize("gamma,gae_lambda", [(-0.1, 0.95), (1.1, 0.95), (0.99, -0.1), (0.99, 1.1)])
+def test_compute_advantages_refuses_gamma_or_lambda_outside_0_1(impl, gamma, gae_lambda):
+    inputs = rollout(0) | {"gamma": gamma, "gae_lambda": gae_lambda}
+    expect_value_error(f"compute_advantages(..., gamma={gamma}, gae_lambda={gae_lambda})",
+                       lambda: impl.compute_advantages(**inputs))
+
+
+@pytest.mark.exercise("compute_advantages")
+@pytest.mark.parametrize("gamma,gae_lambda", [(0.0, 0.0), (1.0, 1.0)])
+def test_compute_advantages_accepts_gamma_and_lambda_at_the_bounds(impl, ref, gamma, gae_lambda):
+    check_call(impl, ref, "compute_advantages", **(rollout(1) | {"gamma": gamma, "gae_lambda": gae_lambda}))
+
+
+@pytest.mark.exercise("get_minibatch_indices")
+@pytest.mark.parametrize("batch_size,minibatch_size", [(8, 0), (0, 4), (-8, 4), (8, -4)])
+def test_minibatches_refuse_sizes_that_are_not_positive(impl, batch_size, minibatch_size):
+    expect_value_error(f"get_minibatch_indices(rng, {batch_size}, {minibatch_size})",
+                       lambda: impl.get_minibatch_indices(np.random.default_rng(0), batch_size, minibatch_size))
+
+
+@pytest.mark.exercise("calc_clipped_surrogate_objective")
+@pytest.mark.parametrize("clip_coef", [0.0, -0.2])
+def test_clipped_surrogate_refuses_a_clip_coef_that_is_not_positive(impl, clip_coef):
+    logits, actions, advantages, old_logprobs = surrogate_inputs(0)
+    expect_value_error(f"calc_clipped_surrogate_objective(..., clip_coef={clip_coef})",
+                       lambda: impl.calc_clipped_surrogate_objective(Categorical(logits=logits), actions, advantages,
+                                                                     old_logprobs, clip_coef))
+
+
+@pytest.mark.exercise("calc_clipped_value_function_loss")
+@pytest.mark.parametrize("clip_range", [0.0, -0.2])
+def test_clipped_value_loss_refuses_a_clip_range_that_is_not_positive(impl, clip_range):
+    values, old_values, returns = value_inputs(0)
+    expect_value_error(f"calc_clipped_value_function_loss(..., clip_range={clip_range})",
+                       lambda: impl.calc_clipped_value_function_loss(values, old_values, returns, 0.5, clip_range))
+
+
+@pytest.mark.exercise("make_optimizer")
+def test_make_optimizer_decays_to_zero_by_default(impl, ref):
+    # end_lr is 0.0 when left out (the signature is part of the docstring).
+    check_exercise(impl, ref, "make_optimizer",
+                   lambda fn: optimizer_summary(lambda a, c, t, lr, _end: fn(a, c, t, lr), 3, 1e-3, None),
+                   call="make_optimizer(nn.Linear(4, 2), nn.Linear(4, 1), total_phases=3, initial_lr=1e-3)",
                    rtol=1e-9, atol=1e-12)

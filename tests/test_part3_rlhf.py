@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from workbook.checking import WrongAnswer, assert_close, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
 from workbook.lm.model import GPT, GPTConfig
+from workbook.promises import check_call_documented_keys
 
 PART = "part3_rlhf"
 POINTS = {
@@ -404,6 +405,11 @@ def test_compute_advantages_carries_no_gradient(impl):
 
 # --- ppo_loss -----------------------------------------------------------------------------
 
+# The stats the docstring documents (TRL's names); a learner may return more.
+PPO_STATS = ("loss/policy", "loss/value", "loss/total", "policy/approxkl", "policy/policykl", "policy/clipfrac",
+             "policy/advantages_mean", "policy/ratio", "returns/mean", "returns/var", "val/vpred", "val/error",
+             "val/clipfrac", "val/mean", "val/var")
+
 def ppo_inputs(seed: int, batch: int = 5, resp: int = 7):
     mask = ragged_mask(seed, batch, resp)
     old_logprobs = -torch.rand(batch, resp, generator=torch.Generator().manual_seed(seed)) * 3
@@ -418,7 +424,8 @@ def ppo_inputs(seed: int, batch: int = 5, resp: int = 7):
 @pytest.mark.exercise("ppo_loss")
 @pytest.mark.parametrize("seed,cliprange,cliprange_value,vf_coef", [(0, 0.2, 0.2, 0.1), (1, 0.1, 0.5, 0.5)])
 def test_ppo_loss_matches_reference(impl, ref, seed, cliprange, cliprange_value, vf_coef):
-    check_call(impl, ref, "ppo_loss", *ppo_inputs(seed), cliprange, cliprange_value, vf_coef)
+    check_call_documented_keys(impl, ref, "ppo_loss", *ppo_inputs(seed), cliprange, cliprange_value, vf_coef,
+                               keys=PPO_STATS)
 
 
 @pytest.mark.exercise("ppo_loss")
@@ -539,6 +546,19 @@ def test_batched_forward_pass_matches_reference(impl, ref, temperature, return_l
     check_exercise(impl, ref, "batched_forward_pass", run,
                    call=f"batched_forward_pass(tiny GPTWithValueHead, 5 queries, 5 responses, temperature={temperature}, "
                         f"pad_id=0, return_logits={return_logits})", cache_key=f"forward pass {temperature} {return_logits}")
+
+
+@pytest.mark.exercise("batched_forward_pass")
+def test_forward_pass_keeps_the_gradient(impl, ref):
+    # "Don't wrap this in torch.no_grad(): the PPO update calls it for gradients too."
+    model = ref.GPTWithValueHead(tiny_lm(2))
+    queries, responses = forward_inputs(1, n=3)
+    logprobs, _, values, _ = impl.batched_forward_pass(model, queries, responses)
+    if not (logprobs.requires_grad and values.requires_grad):
+        raise WrongAnswer(explain("batched_forward_pass(GPTWithValueHead whose parameters require grad, 3 queries, ...)",
+                                  f"logprobs.requires_grad={logprobs.requires_grad}, values.requires_grad="
+                                  f"{values.requires_grad}: both must carry the model's gradient",
+                                  [mistake("batched_forward_pass", "wrapped_in_no_grad")]))
 
 
 @pytest.mark.exercise("batched_forward_pass")
@@ -775,13 +795,18 @@ def test_reference_runs_without_autograd_and_gets_no_gradient(impl, ref):
 MASK_DTYPES = (torch.float32, torch.int64, torch.bool)
 
 
-def check_mask_dtypes(impl, ref, exercise: str, mask_mistake: str, args: tuple, mask_at: int, **kwargs) -> None:
+def check_mask_dtypes(impl, ref, exercise: str, mask_mistake: str, args: tuple, mask_at: int, keys=None,
+                      **kwargs) -> None:
+    """``check_call`` with the mask as float32, int64 and bool; ``keys``: compare only these stats keys."""
     raised = {}
     for dtype in MASK_DTYPES:
         call_args = list(args)
         call_args[mask_at] = args[mask_at].to(dtype)
         try:
-            check_call(impl, ref, exercise, *call_args, **kwargs)
+            if keys is None:
+                check_call(impl, ref, exercise, *call_args, **kwargs)
+            else:
+                check_call_documented_keys(impl, ref, exercise, *call_args, keys=keys, **kwargs)
         except (WrongAnswer, NotImplementedError):  # a stub stays "not started"
             raise
         except Exception as e:  # noqa: BLE001 - reported below
@@ -822,7 +847,7 @@ def test_compute_advantages_takes_masks_of_every_dtype(impl, ref):
 
 @pytest.mark.exercise("ppo_loss")
 def test_ppo_loss_takes_masks_of_every_dtype(impl, ref):
-    check_mask_dtypes(impl, ref, "ppo_loss", "where_needs_a_bool_mask", (*ppo_inputs(7), 0.2, 0.2, 0.1), 4)
+    check_mask_dtypes(impl, ref, "ppo_loss", "where_needs_a_bool_mask", (*ppo_inputs(7), 0.2, 0.2, 0.1), 4, keys=PPO_STATS)
 
 
 # --- edges the docstrings promise ---------------------------------------------------------------

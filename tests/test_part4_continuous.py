@@ -18,9 +18,11 @@ from torch import nn
 
 import workbook.continuous  # noqa: F401  (registers the echo environment)
 from workbook.cartpole import make_vector_env
-from workbook.checking import (WrongAnswer, check_exercise, compare, describe_network, explain, known_mistake,
+from workbook.checking import (WrongAnswer, check_exercise, compare, explain, known_mistake,
                                matching_mistakes)
 from workbook.continuous import ECHO_ID
+from workbook.promises import (assert_no_graph, check_each_setting, copy_linears_by_role,
+                               describe_layers_in_call_order)
 
 PART = "part4_continuous"
 POINTS = {
@@ -47,24 +49,19 @@ def check_expected(impl, exercise: str, run, expected, call: str, rtol: float = 
         raise WrongAnswer(explain(call, problem, matching_mistakes(PART, exercise, run, got, rtol=rtol, atol=atol)))
 
 
-def linears(net: nn.Module) -> list[nn.Linear]:
-    return [m for m in net.modules() if isinstance(m, nn.Linear)]
-
-
 def set_log_std(actor: nn.Module, values: list[float]) -> None:
     with torch.no_grad():
         actor.log_std.copy_(torch.tensor(values).reshape(actor.log_std.shape))
 
 
 def actor_like_reference(cls, ref, num_obs: int, action_dim: int, log_std: list[float], seed: int = 0):
-    """``cls``'s actor with the reference actor's (seeded) weights copied in, layer by layer, and log σ set."""
+    """``cls``'s actor with the reference actor's (seeded) weights copied in, layer by layer in the order the
+    forward pass applies them (not the order they were created), and log σ set."""
     torch.manual_seed(seed)
     source = ref.GaussianActor(num_obs, action_dim, 32)
     actor = cls(num_obs, action_dim, 32)
-    with torch.no_grad():
-        for mine, theirs in zip(linears(actor), linears(source)):
-            mine.weight.copy_(theirs.weight)
-            mine.bias.copy_(theirs.bias)
+    copy_linears_by_role(actor, source, torch.zeros(1, num_obs),
+                         call=f"GaussianActor({num_obs}, {action_dim}, 32)(obs)")
     set_log_std(actor, log_std)
     return actor
 
@@ -78,9 +75,12 @@ def test_gaussian_actor_layers_and_initialisation(impl, ref, num_obs, action_dim
         torch.manual_seed(0)
         actor = cls(num_obs, action_dim, hidden_size, init_log_std)
         log_std = getattr(actor, "log_std", None)
-        # Linear layers only: the activation may be an nn.Tanh module or F.tanh in forward (the
-        # outputs, checked below with the reference's weights, tell tanh from anything else).
-        return {"linear layers": [layer for layer in describe_network(actor) if layer["layer"] == "Linear"],
+        # Linear layers only, in the order forward applies them (the order they were created in is
+        # free): the activation may be an nn.Tanh module or F.tanh in forward (the outputs, checked
+        # below with the reference's weights, tell tanh from anything else).
+        layers = describe_layers_in_call_order(actor, torch.zeros(1, num_obs),
+                                               call=f"GaussianActor({num_obs}, {action_dim}, {hidden_size})(obs)")
+        return {"linear layers, in the order applied": layers,
                 "log_std": log_std.detach().flatten() if isinstance(log_std, nn.Parameter) else log_std,
                 "number of parameters": sum(p.numel() for p in actor.parameters())}
 
@@ -350,7 +350,9 @@ def record_rollout(impl, ref, agent_cls, *, num_envs: int, steps: int, seed: int
 
 @pytest.mark.exercise("ContinuousAgent")
 @pytest.mark.parametrize("num_envs,env_kwargs", [(2, dict(max_episode_steps=3)), (3, dict(terminate_at=4)),
-                                                 (1, dict(terminate_at=5, max_episode_steps=3))])
+                                                 (1, dict(terminate_at=5, max_episode_steps=3)),
+                                                 (2, dict(terminate_at=3, max_episode_steps=3))],  # both on one step
+                         ids=["truncated", "terminated", "truncated-first", "terminated-and-truncated"])
 def test_play_step_matches_reference(impl, ref, num_envs, env_kwargs):
     def run(cls):
         return record_rollout(impl, ref, cls, num_envs=num_envs, steps=11, **env_kwargs)
@@ -358,6 +360,21 @@ def test_play_step_matches_reference(impl, ref, num_envs, env_kwargs):
     check_exercise(impl, ref, "ContinuousAgent", run,
                    call=f"ContinuousAgent(ContinuousEcho × {num_envs}, {env_kwargs}, reference networks, normaliser "
                         "and scaler).play_step() × 11, then memory.stacked() and the agent's state")
+
+
+@pytest.mark.exercise("ContinuousAgent")
+def test_the_memory_holds_no_autograd_graph(impl, ref):
+    # The networks' parameters require grad: a rollout run with gradients on stores graphs.
+    torch.manual_seed(0)
+    envs = make_vector_env(ECHO_ID, 2, max_episode_steps=3)
+    memory = impl.ReplayMemory()
+    agent = impl.ContinuousAgent(envs, ref.GaussianActor(3, 2, 16), ref.get_actor_and_critic(3, 1, 16)[1], memory, GAMMA,
+                                 ref.ObservationNormalizer((3,)), ref.RewardScaler(2, GAMMA), seed=0)
+    for _ in range(4):  # past a truncation, so the bootstrap's V is in a stored reward too
+        agent.play_step()
+    envs.close()
+    assert_no_graph(memory.stacked() | {"next_obs": agent.next_obs}, "ContinuousAgent(...).play_step() × 4",
+                    what="memory", labels=[mistake("ContinuousAgent", "stores_autograd_graph")])
 
 
 @pytest.mark.exercise("ContinuousAgent")
@@ -399,23 +416,26 @@ def gradient(net: nn.Module) -> torch.Tensor:
 
 
 @pytest.mark.exercise("compute_continuous_objective")
-@pytest.mark.parametrize("seed,action_dim,ent_coef", [(0, 1, 0.0), (1, 3, 0.1), (2, 1, 0.05)])
-def test_continuous_objective_and_its_gradients_match_reference(impl, ref, seed, action_dim, ent_coef):
-    def run(fn):
+@pytest.mark.parametrize("seed,action_dim", [(0, 1), (1, 3), (2, 2)])
+def test_continuous_objective_and_its_gradients_match_reference(impl, ref, seed, action_dim):
+    # Every coefficient the docstring names is varied (check_each_setting first proves on the
+    # reference that each one changes what this check sees): an objective that hard-codes one passes
+    # no test.
+    def run(fn, args):
         torch.manual_seed(seed)
         actor = ref.GaussianActor(5, action_dim, 32)
         set_log_std(actor, [-0.3] * action_dim)
         critic = ref.get_actor_and_critic(5, 1, 32)[1]
-        objective = fn(actor, critic, make_minibatch(impl, ref, seed, action_dim),
-                       impl.ContinuousPPOArgs(ent_coef=ent_coef))
+        objective = fn(actor, critic, make_minibatch(impl, ref, seed, action_dim), args)
         if objective.requires_grad:
             objective.backward()
         return {"objective": objective.detach(), "gradient w.r.t. the actor": gradient(actor),
                 "gradient w.r.t. the critic": gradient(critic)}
 
-    check_exercise(impl, ref, "compute_continuous_objective", run, rtol=1e-4, atol=1e-6,
-                   call=f"compute_continuous_objective(GaussianActor(5, {action_dim}), critic, minibatch of 32, "
-                        f"ContinuousPPOArgs(ent_coef={ent_coef})), then backward()")
+    check_each_setting(impl, ref, "compute_continuous_objective", run, impl.ContinuousPPOArgs(ent_coef=0.05),
+                       {"clip_coef": [0.1], "vf_coef": [1.3], "ent_coef": [0.0]}, rtol=1e-4, atol=1e-6,
+                       call=f"compute_continuous_objective(GaussianActor(5, {action_dim}), critic, minibatch of 32, "
+                            "ContinuousPPOArgs(...)), then backward()")
 
 
 # --- given code (not graded) -------------------------------------------------------------------

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workbook.checking import WrongAnswer, assert_close, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
+from workbook.promises import assert_no_graph, check_call_documented_keys
 
 PART = "part5_beyond_ppo"
 POINTS = {
@@ -29,6 +30,9 @@ POINTS = {
 }
 HYPOTHESIS = settings(max_examples=20, deadline=None, derandomize=True)
 MASK_DTYPES = [torch.bool, torch.int64, torch.float32]
+# The stats keys the docstrings document; a learner may return more (the docstrings do not say "exactly").
+GRPO_STATS = ("loss/policy", "loss/kl", "policy/clipfrac", "policy/ratio", "policy/approxkl")
+DPO_STATS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
 
 
 def mistake(exercise: str, name: str) -> str:
@@ -177,14 +181,16 @@ def grpo_inputs(seed: int, batch: int = 6, resp: int = 7, mask_dtype=torch.float
 @pytest.mark.parametrize("seed,cliprange,beta", [(0, 0.2, 0.04), (1, 0.1, 0.0), (2, 0.3, 0.5)])
 def test_grpo_loss_matches_reference(impl, ref, normalisation, seed, cliprange, beta):
     max_len = 10 if normalisation == "constant" else None
-    check_call(impl, ref, "grpo_loss", *grpo_inputs(seed), cliprange, beta, normalisation, max_len)
+    check_call_documented_keys(impl, ref, "grpo_loss", *grpo_inputs(seed), cliprange, beta, normalisation, max_len,
+                               keys=GRPO_STATS)
 
 
 @pytest.mark.exercise("grpo_loss")
 @pytest.mark.parametrize("mask_dtype", MASK_DTYPES, ids=str)
 @pytest.mark.parametrize("normalisation", ["sequence", "token", "constant"])
 def test_grpo_loss_takes_any_mask_dtype(impl, ref, mask_dtype, normalisation):
-    check_call(impl, ref, "grpo_loss", *grpo_inputs(4, mask_dtype=mask_dtype), 0.2, 0.1, normalisation, 7)
+    check_call_documented_keys(impl, ref, "grpo_loss", *grpo_inputs(4, mask_dtype=mask_dtype), 0.2, 0.1, normalisation, 7,
+                               keys=GRPO_STATS)
 
 
 @pytest.mark.exercise("grpo_loss")
@@ -236,10 +242,26 @@ def test_beta_zero_drops_the_reference_and_the_kl_term_is_never_negative(impl, s
 
 
 @pytest.mark.exercise("grpo_loss")
-@pytest.mark.parametrize("normalisation,max_len", [("constant", None), ("mean", None)])
+def test_grpo_loss_stats_hold_no_graph(impl):
+    logprobs, old, ref_lp, adv, mask = grpo_inputs(6)
+    loss, stats = impl.grpo_loss(logprobs.requires_grad_(True), old, ref_lp, adv, mask, 0.2, 0.1)
+    if not loss.requires_grad:
+        raise WrongAnswer(explain("grpo_loss(logprobs requiring grad, ...)", "the loss has no gradient (was it detached?)"))
+    assert_no_graph(stats, "grpo_loss(logprobs requiring grad, ...)", what="stats",
+                    labels=[mistake("grpo_loss", "stats_not_detached")])
+
+
+@pytest.mark.exercise("grpo_loss")
+@pytest.mark.parametrize("normalisation,max_len", [("constant", None), ("constant", 0), ("mean", None)])
 def test_grpo_loss_rejects_bad_normalisation(impl, normalisation, max_len):
     expect_value_error(impl, "grpo_loss", f"grpo_loss(..., normalisation={normalisation!r}, max_len={max_len})", None,
                        *grpo_inputs(0), 0.2, 0.04, normalisation, max_len)
+
+
+@pytest.mark.exercise("grpo_loss")
+def test_grpo_loss_constant_accepts_max_len_1(impl, ref):
+    # The smallest max_len the docstring allows (a fixed denominator B · 1).
+    check_call_documented_keys(impl, ref, "grpo_loss", *grpo_inputs(3), 0.2, 0.04, "constant", 1, keys=GRPO_STATS)
 
 
 # --- rloo_advantages --------------------------------------------------------------------
@@ -311,13 +333,13 @@ def dpo_inputs(seed: int, batch: int = 6, resp_c: int = 7, resp_r: int = 5, mask
 @pytest.mark.exercise("dpo_loss")
 @pytest.mark.parametrize("seed,beta", [(0, 0.1), (1, 0.5), (2, 2.0)])
 def test_dpo_loss_matches_reference(impl, ref, seed, beta):
-    check_call(impl, ref, "dpo_loss", *dpo_inputs(seed), beta)
+    check_call_documented_keys(impl, ref, "dpo_loss", *dpo_inputs(seed), beta, keys=DPO_STATS)
 
 
 @pytest.mark.exercise("dpo_loss")
 @pytest.mark.parametrize("mask_dtype", MASK_DTYPES, ids=str)
 def test_dpo_loss_takes_any_mask_dtype(impl, ref, mask_dtype):
-    check_call(impl, ref, "dpo_loss", *dpo_inputs(3, mask_dtype=mask_dtype), 0.3)
+    check_call_documented_keys(impl, ref, "dpo_loss", *dpo_inputs(3, mask_dtype=mask_dtype), 0.3, keys=DPO_STATS)
 
 
 @pytest.mark.exercise("dpo_loss")
@@ -330,6 +352,14 @@ def test_dpo_loss_gradient_matches_reference(impl, ref):
         loss.backward()
         return pol_c.grad, pol_r.grad
     check_exercise(impl, ref, "dpo_loss", run, call="dpo_loss(..., beta=0.2).backward(): gradients of the policy log-probs")
+
+
+@pytest.mark.exercise("dpo_loss")
+def test_dpo_loss_stats_hold_no_graph(impl):
+    pol_c, pol_r, ref_c, ref_r, cm, rm = dpo_inputs(8)
+    loss, stats = impl.dpo_loss(pol_c.requires_grad_(True), pol_r.requires_grad_(True), ref_c, ref_r, cm, rm, 0.2)
+    assert_no_graph(stats, "dpo_loss(policy log-probs requiring grad, ...)", what="stats",
+                    labels=[mistake("dpo_loss", "stats_not_detached")])
 
 
 @pytest.mark.exercise("dpo_loss")
@@ -369,3 +399,23 @@ def test_raising_chosen_and_lowering_rejected_lowers_the_loss(impl):
                                   "on real tokens d loss / d chosen log-probs must be < 0 and d loss / d rejected log-probs > 0",
                                   diagnose("dpo_loss", impl.dpo_loss(pol_c, pol_r, ref_c, ref_r, cm, rm, 0.5),
                                            pol_c, pol_r, ref_c, ref_r, cm, rm, 0.5)))
+
+
+# --- the documented defaults ------------------------------------------------------------------
+
+@pytest.mark.exercise("grpo_advantages")
+def test_grpo_advantages_defaults(impl, ref):
+    # scale="group", eps=1e-4 when left out (the signature is part of the docstring).
+    check_call(impl, ref, "grpo_advantages", group_rewards(5, 3, 4), 4)
+
+
+@pytest.mark.exercise("grpo_loss")
+def test_grpo_loss_defaults(impl, ref):
+    # cliprange=0.2, beta=0.04, normalisation="sequence" when left out.
+    check_call_documented_keys(impl, ref, "grpo_loss", *grpo_inputs(7), keys=GRPO_STATS)
+
+
+@pytest.mark.exercise("dpo_loss")
+def test_dpo_loss_defaults(impl, ref):
+    # beta=0.1 when left out.
+    check_call_documented_keys(impl, ref, "dpo_loss", *dpo_inputs(9), keys=DPO_STATS)

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from workbook.pytest_plugin import registries
-from workbook.checking import WrongAnswer, check_call, check_exercise, compare, explain, matching_mistakes
+from workbook.checking import WrongAnswer, check_call, check_exercise, compare, explain, known_mistake, matching_mistakes
 from workbook.distributed import torchrun
 from workbook.distributed_check import WHITEN_CASES, gradient_case, gradient_loss, whiten_case
 
@@ -71,6 +71,17 @@ def test_data_seed_differs_across_ranks_and_runs(impl):
         seen[got] = (seed, rank)
 
 
+@pytest.mark.exercise("data_seed")
+@pytest.mark.parametrize("seed,rank", [(-1, 0), (3, -1)])
+def test_data_seed_refuses_negative_input(impl, seed, rank):
+    try:
+        got = impl.data_seed(seed, rank)
+    except ValueError:
+        return
+    raise WrongAnswer(explain(f"data_seed({seed}, {rank})", f"expected a ValueError (negative {'seed' if seed < 0 else 'rank'}), "
+                                                           f"got {got!r}"))
+
+
 # --- the single-process path (no process group) ------------------------------------------------------
 
 @pytest.mark.exercise("average_gradients")
@@ -96,6 +107,12 @@ def test_global_masked_whiten_in_one_process_is_masked_whiten(impl, ref, case, m
     torch.testing.assert_close(ref.global_masked_whiten(values, mask, shift_mean), part3.masked_whiten(values, mask, shift_mean))
 
 
+@pytest.mark.exercise("global_masked_whiten")
+def test_global_masked_whiten_shifts_the_mean_by_default(impl, ref):
+    values, mask, _ = whiten_case(1, rank=0)
+    check_call(impl, ref, "global_masked_whiten", values, mask)  # shift_mean left out: True, as in Part 3
+
+
 # --- two processes: one torchrun job for the whole module ------------------------------------------------
 
 class TwoRanks:
@@ -111,12 +128,12 @@ class TwoRanks:
         for rank, results in enumerate(self.ranks):
             entry = results.get((choice, exercise, case))
             if entry is None:
-                raise RuntimeError(f"{choice}.{exercise} did not finish on rank {rank} (a collective called on one "
-                                   f"rank only waits forever); the job's log ends with:\n{self.log[-2000:]}")
+                raise WrongAnswer(f"{exercise} did not finish on rank {rank} of the two-process job (a collective "
+                                  f"called on one rank only waits forever); the job's log ends with:\n{self.log[-2000:]}")
             if entry[0] == "error":
                 if entry[1] == "NotImplementedError":
                     return ["not started"]
-                raise RuntimeError(f"{exercise} raised {entry[1]} on rank {rank}:\n{entry[2][-2000:]}")
+                raise WrongAnswer(f"{exercise} raised {entry[1]} on rank {rank} of the two-process job:\n{entry[2][-2000:]}")
             outputs.append(entry[1])
         return outputs
 
@@ -180,6 +197,49 @@ def test_global_masked_whiten_on_two_ranks(impl, ref, two_ranks, case):
     check_exercise(impl, ref, "global_masked_whiten", run,
                    call=f"global_masked_whiten(values, mask, shift_mean={shift_mean}) on {RANKS} ranks with values of "
                         f"shapes {shapes} and unequal mask counts; output: [each rank's result]")
+
+
+@pytest.mark.exercise("global_masked_whiten")
+def test_global_masked_whiten_on_two_ranks_with_all_values_equal(impl, ref, two_ranks):
+    # Global variance 0: the documented (values − μ)·rsqrt(var + 1e-8) is finite (0 on every real token).
+    run = _runner(two_ranks, "global_masked_whiten", "tied", lambda fn: fn(torch.ones(2), torch.ones(2)))
+    check_exercise(impl, ref, "global_masked_whiten", run, rtol=1e-4, atol=1e-4,
+                   call=f"global_masked_whiten(values, mask) on {RANKS} ranks, every masked-in value 2.5 (variance 0)")
+
+
+@pytest.mark.exercise("global_masked_whiten")
+def test_global_masked_whiten_on_two_ranks_with_one_element_each(impl, ref, two_ranks):
+    # Globally n = 2: enough for the unbiased variance, although each rank alone holds one element.
+    run = _runner(two_ranks, "global_masked_whiten", "pair", lambda fn: fn(torch.ones(2), torch.ones(2)))
+    check_exercise(impl, ref, "global_masked_whiten", run,
+                   call=f"global_masked_whiten(values, mask) on {RANKS} ranks with one masked-in element on each")
+
+
+@pytest.mark.exercise("global_masked_whiten")
+def test_global_masked_whiten_refuses_fewer_than_two_elements_over_all_ranks(impl, two_ranks):
+    # Rank 0 holds one masked-in element, rank 1 none: the unbiased variance is 0/0 on every rank.
+    choice = _choice(impl.global_masked_whiten, "global_masked_whiten")
+    entries = [results.get((choice, "global_masked_whiten", "too_few")) for results in two_ranks.ranks]
+    if entries[0] and entries[0][:2] == ("error", "NotImplementedError"):
+        impl.global_masked_whiten(torch.ones(2), torch.ones(2))  # a stub: reported as not started
+    got = ["no result (did it hang?)" if e is None else e[1] if e[0] == "error" else "returned a tensor" for e in entries]
+    if got != ["ValueError", "ValueError"]:
+        labels = [known_mistake(PART, "global_masked_whiten", "no_global_count_check")] if "returned a tensor" in got else []
+        raise WrongAnswer(explain(f"global_masked_whiten(values, mask) on {RANKS} ranks, 1 masked-in element on rank 0 "
+                                  "and none on rank 1", f"expected a ValueError on every rank, got {got}", labels))
+
+
+@pytest.mark.exercise("global_masked_whiten")
+def test_global_masked_whiten_in_one_process_refuses_fewer_than_two_elements(impl):
+    values, mask = torch.randn(2, 3), torch.zeros(2, 3)
+    mask[1, 2] = 1.0
+    try:
+        out = impl.global_masked_whiten(values, mask)
+    except ValueError:
+        return
+    raise WrongAnswer(explain("global_masked_whiten(values, mask with 1 masked-in element) without torch.distributed",
+                              f"expected a ValueError (the unbiased variance of one element is 0/0), got {out}",
+                              [known_mistake(PART, "global_masked_whiten", "no_global_count_check")]))
 
 
 # --- the oracles themselves (not graded): the reference agrees with DDP and with one process --------------

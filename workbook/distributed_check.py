@@ -76,6 +76,27 @@ def whiten_case(case: int, rank: int) -> tuple[torch.Tensor, torch.Tensor, bool]
     return values, mask, shift_mean
 
 
+def too_few_case(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One masked-in element on rank 0, none on rank 1: fewer than 2 over all ranks together."""
+    values, mask = torch.randn(2, 3, generator=torch.Generator().manual_seed(rank)), torch.zeros(2, 3)
+    if rank == 0:
+        mask[0, 1] = 1.0
+    return values, mask
+
+
+def pair_case(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One masked-in element on each rank: exactly the 2 the unbiased variance needs."""
+    values = torch.tensor([[1.0 + 2.0 * rank, -4.0], [0.5, 9.0]])
+    return values, torch.tensor([[1.0, 0.0], [0.0, 0.0]])
+
+
+def tied_case(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every masked-in element on both ranks equal (global variance 0); padding holds other values."""
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]) if rank == 0 else torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    values = torch.where(mask.bool(), torch.full_like(mask, 2.5), torch.full_like(mask, 2.5 + 1e-3 * (rank + 1)))
+    return values, mask
+
+
 # --- mode "exercises" -----------------------------------------------------------------------------
 
 def _exercise_outputs(fns: Callable[[str], Any]) -> dict:
@@ -93,6 +114,9 @@ def _exercise_outputs(fns: Callable[[str], Any]) -> dict:
             values, mask, shift_mean = whiten_case(case, rank)
             return fns("global_masked_whiten")(values, mask, shift_mean)
         out[("global_masked_whiten", case)] = run_whiten
+    out[("global_masked_whiten", "too_few")] = lambda: fns("global_masked_whiten")(*too_few_case(rank))
+    out[("global_masked_whiten", "tied")] = lambda: fns("global_masked_whiten")(*tied_case(rank))
+    out[("global_masked_whiten", "pair")] = lambda: fns("global_masked_whiten")(*pair_case(rank))
     return out
 
 

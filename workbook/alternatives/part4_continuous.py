@@ -43,6 +43,30 @@ class ActorExplicitLayers(nn.Module):
         return Independent(Normal(self.forward(obs), torch.exp(self.log_std)), reinterpreted_batch_ndims=1)
 
 
+@part4("GaussianActor", "head_created_first",
+       "the head and log σ created before the hidden layers (registration order differs from the order applied), "
+       "layers initialised in a loop after construction")
+class ActorHeadFirst(nn.Module):
+    def __init__(self, num_obs, action_dim, hidden_size=64, init_log_std=0.0):
+        super().__init__()
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+        self.head = nn.Linear(hidden_size, action_dim)
+        self.hidden = nn.ModuleList([nn.Linear(num_obs, hidden_size), nn.Linear(hidden_size, hidden_size)])
+        for layer in self.hidden:
+            layer_init(layer)
+        layer_init(self.head, std=0.01)
+
+    def forward(self, obs):
+        x = obs
+        for layer in self.hidden:
+            x = torch.tanh(layer(x))
+        return self.head(x)
+
+    def dist(self, obs):
+        mean = self(obs)
+        return Independent(Normal(mean, self.log_std.exp().expand_as(mean)), 1)
+
+
 @part4("clip_action", "torch_clamp_with_tensor_bounds", "torch.clamp with tensor bounds on a copy, then .numpy()")
 def clip_with_torch(actions, low, high):
     return torch.clamp(actions.clone(), torch.from_numpy(low), torch.from_numpy(high)).numpy()

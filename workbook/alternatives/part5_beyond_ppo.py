@@ -45,7 +45,7 @@ def grpo_adv_loop(rewards, group_size, scale="group", eps=1e-4):
 
 @part5("grpo_loss", "where_and_explicit_k3",
        "the pessimistic term chosen with torch.where on the advantage's sign, k3 written out as exp(−d) − 1 + d, "
-       "every reduction through per-row sums and lengths")
+       "every reduction through per-row sums and lengths, and an extra stat (loss/total) beside the documented ones")
 def grpo_loss_where(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange=0.2, beta=0.04,
                     normalisation="sequence", max_len=None):
     if normalisation not in ("sequence", "token", "constant"):
@@ -84,6 +84,7 @@ def grpo_loss_where(logprobs, old_logprobs, ref_logprobs, advantages, mask, clip
         "policy/approxkl": token_mean((logprobs - old_logprobs) ** 2) / 2,
     }
     loss = stats["loss/policy"] + beta * stats["loss/kl"]
+    stats["loss/total"] = loss
     return loss, {k: v.detach() for k, v in stats.items()}
 
 
@@ -102,7 +103,8 @@ def rloo_scaled_mean(scores, logprobs, ref_logprobs, mask, group_size, kl_coef):
 
 
 @part5("dpo_loss", "softplus_and_masked_fill",
-       "padding zeroed with masked_fill before the sums; the loss as softplus(−margin), which equals −log σ(margin)")
+       "padding zeroed with masked_fill before the sums; the loss as softplus(−margin), which equals −log σ(margin); "
+       "extra stats (logps/chosen, logps/rejected) beside the documented ones")
 def dpo_softplus(chosen_logprobs, rejected_logprobs, ref_chosen_logprobs, ref_rejected_logprobs, chosen_mask, rejected_mask,
                  beta=0.1):
     def summed(x, mask):
@@ -114,5 +116,7 @@ def dpo_softplus(chosen_logprobs, rejected_logprobs, ref_chosen_logprobs, ref_re
     margins = chosen_rewards - rejected_rewards
     loss = F.softplus(-margins).mean()
     stats = {"rewards/chosen": chosen_rewards.mean(), "rewards/rejected": rejected_rewards.mean(),
-             "rewards/margins": margins.mean(), "rewards/accuracies": (margins > 0).float().mean()}
+             "rewards/margins": margins.mean(), "rewards/accuracies": (margins > 0).float().mean(),
+             "logps/chosen": summed(chosen_logprobs, chosen_mask).mean(),
+             "logps/rejected": summed(rejected_logprobs, rejected_mask).mean()}
     return loss, {k: v.detach() for k, v in stats.items()}

@@ -18,8 +18,11 @@ part6 = partial(alternative, "part6_data_parallel")
 
 
 @part6("data_seed", "rank_zero_then_large_offsets",
-       "rank 0 returns seed, every other rank seed + rank · 2³¹ (any stride beyond the seeds in use works)")
+       "rank 0 returns seed, every other rank seed + rank · 2³¹ (any stride beyond the seeds in use works); "
+       "negative input refused with min()")
 def data_seed_large_offsets(seed, rank):
+    if min(seed, rank) < 0:
+        raise ValueError("negative seed or rank")
     return seed if rank == 0 else seed + rank * 2 ** 31
 
 

@@ -694,6 +694,13 @@ def forward_left_padded(model, queries, responses, *, temperature=1.0, pad_id=0,
     return _forward_pass(model, queries, responses, temperature, pad_id, return_logits, left_pad_queries=True)
 
 
+@part3("batched_forward_pass", "wrapped_in_no_grad",
+       "the forward pass ran under torch.no_grad(), so the PPO update gets log-probs and values without gradients")
+def forward_no_grad(model, queries, responses, *, temperature=1.0, pad_id=0, return_logits=False):
+    with torch.no_grad():
+        return _forward_pass(model, queries, responses, temperature, pad_id, return_logits)
+
+
 # --- preference_loss ------------------------------------------------------------------
 
 @part3("preference_loss", "log_of_sigmoid", "−log(sigmoid(x)) was used instead of −logsigmoid(x): it overflows to inf for large gaps")

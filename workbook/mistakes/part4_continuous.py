@@ -227,11 +227,11 @@ class _ConfigurableAgent(_ReferenceAgent):
     """The reference play_step with switches, one per mistake below."""
 
     store_clipped = logprob_of_clipped = send_unclipped = mean_action = freeze_normaliser = False
-    bootstrap_before_scaling = scaler_gets_new_flags = False
+    bootstrap_before_scaling = scaler_gets_new_flags = bootstrap_terminated_too = with_grad = False
 
     def play_step(self):
         obs, dones = self.next_obs, self.next_done
-        with torch.inference_mode():
+        with torch.enable_grad() if self.with_grad else torch.inference_mode():
             dist = self.actor.dist(obs)
             actions = dist.mean if self.mean_action else dist.sample()
             clipped = torch.as_tensor(_reference_clip(actions, self.action_low, self.action_high))
@@ -244,7 +244,7 @@ class _ConfigurableAgent(_ReferenceAgent):
         rewards = torch.as_tensor(rewards, dtype=torch.float32)
         terminated = torch.as_tensor(terminated, dtype=torch.bool)
         truncated = torch.as_tensor(truncated, dtype=torch.bool)
-        cut_short = truncated & ~terminated
+        cut_short = truncated if self.bootstrap_terminated_too else truncated & ~terminated
         with torch.inference_mode():
             bootstrap = torch.where(cut_short, self.gamma * self.critic(next_obs).squeeze(-1), 0.0)
         flags = terminated | truncated if self.scaler_gets_new_flags else dones
@@ -299,15 +299,28 @@ class AgentScalerNewFlags(_ConfigurableAgent):
     scaler_gets_new_flags = True
 
 
+@part4("ContinuousAgent", "bootstraps_terminated_and_truncated",
+       "an episode that was terminated and truncated on the same step was bootstrapped (termination wins: no future)")
+class AgentBootstrapsTerminated(_ConfigurableAgent):
+    bootstrap_terminated_too = True
+
+
+@part4("ContinuousAgent", "stores_autograd_graph",
+       "the policy and critic ran with gradients on, so the memory's log-probs and values carry autograd graphs "
+       "(run them under torch.inference_mode() or no_grad)")
+class AgentWithGrad(_ConfigurableAgent):
+    with_grad = True
+
+
 # --- compute_continuous_objective -----------------------------------------------------------------
 
 def _objective(actor, critic, minibatch, args, *, value_sign=-1.0, entropy_sign=1.0, old_values=False,
-               bare_normal=False):
+               bare_normal=False, vf_coef=None):
     dist = Normal(actor(minibatch.obs), actor.log_std.exp()) if bare_normal else actor.dist(minibatch.obs)
     values = minibatch.values if old_values else critic(minibatch.obs).squeeze(-1)
     return (calc_clipped_surrogate_objective(dist, minibatch.actions, minibatch.advantages, minibatch.logprobs,
                                              args.clip_coef)
-            + value_sign * calc_value_function_loss(values, minibatch.returns, args.vf_coef)
+            + value_sign * calc_value_function_loss(values, minibatch.returns, vf_coef or args.vf_coef)
             + entropy_sign * calc_entropy_bonus(dist, args.ent_coef))
 
 
@@ -332,3 +345,9 @@ def objective_old_values(actor, critic, minibatch, args):
        "action dimension broadcast against the advantages into a square matrix")
 def objective_bare_normal(actor, critic, minibatch, args):
     return _objective(actor, critic, minibatch, args, bare_normal=True)
+
+
+@part4("compute_continuous_objective", "vf_coef_hard_coded",
+       "the value loss was weighted by a hard-coded 0.5 instead of args.vf_coef")
+def objective_vf_coef_hard_coded(actor, critic, minibatch, args):
+    return _objective(actor, critic, minibatch, args, vf_coef=0.5)

@@ -107,7 +107,7 @@ def grpo_adv_always_group(rewards, group_size, scale="group", eps=1e-4):
 # --- grpo_loss ------------------------------------------------------------------------
 
 def _grpo(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange, beta, normalisation, max_len, *,
-          combine=torch.maximum, kl=None, reduce=None, kl_sign=1.0, clip_advantage=False):
+          combine=torch.maximum, kl=None, reduce=None, kl_sign=1.0, clip_advantage=False, detach=True):
     if normalisation not in ("sequence", "token", "constant"):
         raise ValueError("bad normalisation")
     if normalisation == "constant" and (max_len is None or max_len < 1):
@@ -139,7 +139,15 @@ def _grpo(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange, bet
         "policy/ratio": mm(ratio),
         "policy/approxkl": 0.5 * mm((logprobs - old_logprobs) ** 2),
     }
-    return pg + kl_sign * beta * kl_loss, {k: v.detach() for k, v in stats.items()}
+    return pg + kl_sign * beta * kl_loss, {k: v.detach() if detach else v for k, v in stats.items()}
+
+
+@part5("grpo_loss", "stats_not_detached",
+       "the stats were returned without .detach(): each keeps the step's autograd graph alive")
+def grpo_loss_stats_attached(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange=0.2, beta=0.04,
+                             normalisation="sequence", max_len=None):
+    return _grpo(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange, beta, normalisation, max_len,
+                 detach=False)
 
 
 @part5("grpo_loss", "min_not_max", "the min of the two per-token losses was taken (optimistic) instead of the max")
@@ -271,7 +279,7 @@ def rloo_unmasked(scores, logprobs, ref_logprobs, mask, group_size, kl_coef):
 # --- dpo_loss -------------------------------------------------------------------------
 
 def _dpo(chosen, rejected, ref_chosen, ref_rejected, chosen_mask, rejected_mask, beta, *, reduce=None,
-         use_ref=True, sign=1.0, loss_fn=None, beta_inside=True, accuracy=torch.gt):
+         use_ref=True, sign=1.0, loss_fn=None, beta_inside=True, accuracy=torch.gt, detach=True):
     cm, rm = chosen_mask.to(chosen.dtype), rejected_mask.to(rejected.dtype)
     red = reduce or (lambda x, m: (x * m).sum(dim=1))
     b = beta if beta_inside else 1.0
@@ -281,7 +289,15 @@ def _dpo(chosen, rejected, ref_chosen, ref_rejected, chosen_mask, rejected_mask,
     loss = loss_fn(diff) if loss_fn else -F.logsigmoid(diff).mean()
     stats = {"rewards/chosen": rc.mean(), "rewards/rejected": rr.mean(), "rewards/margins": (rc - rr).mean(),
              "rewards/accuracies": accuracy(rc, rr).to(rc.dtype).mean()}
-    return loss, {k: v.detach() for k, v in stats.items()}
+    return loss, {k: v.detach() if detach else v for k, v in stats.items()}
+
+
+@part5("dpo_loss", "stats_not_detached",
+       "the stats were returned without .detach(): each keeps the step's autograd graph alive")
+def dpo_stats_attached(chosen_logprobs, rejected_logprobs, ref_chosen_logprobs, ref_rejected_logprobs, chosen_mask,
+                       rejected_mask, beta=0.1):
+    return _dpo(chosen_logprobs, rejected_logprobs, ref_chosen_logprobs, ref_rejected_logprobs, chosen_mask, rejected_mask,
+                beta, detach=False)
 
 
 @part5("dpo_loss", "mean_not_sum",

@@ -139,3 +139,18 @@ def whiten_biased(values, mask, shift_mean=True):
         dist.all_reduce(squares)
     whitened = (values - mean) * torch.rsqrt(squares / sums[1] + 1e-8)
     return whitened if shift_mean else whitened + mean
+
+
+@part6("global_masked_whiten", "no_global_count_check",
+       "no ValueError when all ranks together hold fewer than 2 masked-in elements (the variance is then 0/0)")
+def whiten_unchecked(values, mask, shift_mean=True):
+    _, world_size = world()
+    if world_size == 1:
+        return masked_whiten(values, mask, shift_mean) if mask.sum() >= 2 else values - values
+    sums = torch.stack([(values * mask).sum(), mask.sum()])
+    dist.all_reduce(sums)
+    mean = sums[0] / sums[1]
+    squares = ((values - mean) ** 2 * mask).sum()
+    dist.all_reduce(squares)
+    whitened = (values - mean) * torch.rsqrt(squares / (sums[1] - 1) + 1e-8)
+    return whitened if shift_mean else whitened + mean
