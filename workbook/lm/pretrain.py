@@ -13,6 +13,7 @@ it is trained once per machine and configuration.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -158,25 +159,37 @@ def _lr_at(step: int, args: PretrainArgs) -> float:
     return args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def pretrain(args: PretrainArgs, *, progress: bool = True) -> tuple[GPT, CharTokenizer, dict]:
+def pretrain(
+    args: PretrainArgs,
+    *,
+    progress: bool = True,
+    corpus: tuple[list[str], list[str]] | None = None,
+    tokenizer: CharTokenizer | None = None,
+) -> tuple[GPT, CharTokenizer, dict]:
     """Train a fresh GPT on `args.n_reviews` generated reviews; returns (model in eval mode, tokenizer, stats).
+
+    Another corpus: pass ``corpus=(train_texts, heldout_texts)`` (then ``n_reviews`` and
+    ``n_heldout`` are not read) and the ``tokenizer`` whose alphabet covers it (the model's
+    vocabulary is the tokenizer's); Part 7's arithmetic model is trained this way.
 
     `stats` holds plain data: params, wall_s, threads, final_loss (mean training
     loss of the last 20 steps), heldout_loss, and the curve as [step, loss]
     pairs. Deterministic for a given `args` and thread count; the global torch
     RNG and thread setting are restored afterwards.
     """
-    tok = CharTokenizer()
-    cfg = args.model_config()
-    longest = MAX_REVIEW_CHARS + 2
-    if cfg.block_size < longest:
-        raise ValueError(f"block_size={cfg.block_size} cannot hold BOS + a {MAX_REVIEW_CHARS}-char review + EOS")
+    tok = CharTokenizer() if tokenizer is None else tokenizer
+    cfg = dataclasses.replace(args.model_config(), vocab_size=tok.vocab_size)
+    longest = MAX_REVIEW_CHARS if corpus is None else max(len(t) for t in corpus[0] + corpus[1])
+    if cfg.block_size < longest + 2:
+        raise ValueError(f"block_size={cfg.block_size} cannot hold BOS + a {longest}-char text + EOS")
     if args.steps < 1 or args.batch_size < 1 or args.n_reviews < 1:
         raise ValueError("steps, batch_size and n_reviews must be positive")
 
     t0 = time.perf_counter()
-    train_data = encode_reviews([r.text for r in generate_reviews(args.n_reviews, args.seed)], tok)
-    heldout = encode_reviews([r.text for r in generate_reviews(args.n_heldout, args.seed + 1_000_003)], tok)
+    if corpus is None:
+        corpus = ([r.text for r in generate_reviews(args.n_reviews, args.seed)],
+                  [r.text for r in generate_reviews(args.n_heldout, args.seed + 1_000_003)])
+    train_data, heldout = encode_reviews(corpus[0], tok), encode_reviews(corpus[1], tok)
 
     old_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)

@@ -1,0 +1,565 @@
+"""Tests for Part 7 (exercises/part7_reasoning.py): the verifier, pass@k, DAPO, GSPO, CISPO.
+
+Run: ``pytest tests/test_part7_reasoning.py`` (your code) or add ``--impl=solutions``.
+Values are compared with the reference solution on seeded inputs across every setting the
+docstrings offer (both clip bounds, both normalisations, each format reward, each mask
+dtype), and on the edges they promise: masked-out rows, junk strings, n in the hundreds,
+clips that bind. A wrong answer names the known mistake it looks like
+(workbook/mistakes/part7_reasoning.py). Padding holds garbage on purpose.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workbook.checking import WrongAnswer, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
+
+PART = "part7_reasoning"
+POINTS = {
+    "answer_reward": 2,
+    "pass_at_k": 2,
+    "groups_with_signal": 1,
+    "overlong_penalty": 1,
+    "completion_mask": 1,
+    "clip_higher_loss": 2,
+    "gspo_loss": 2,
+    "cispo_loss": 2,
+}
+HYPOTHESIS = settings(max_examples=40, deadline=None, derandomize=True)
+MASK_DTYPES = [torch.bool, torch.int64, torch.float32]
+
+
+def mistake(exercise: str, name: str) -> str:
+    return known_mistake(PART, exercise, name)
+
+
+def diagnose(exercise: str, got, *args, **kwargs) -> list[str]:
+    return matching_mistakes(PART, exercise, lambda fn: fn(*args, **kwargs), got, rtol=1e-5, atol=1e-5)
+
+
+def expect_value_error(impl, exercise: str, call: str, *args, **kwargs) -> None:
+    try:
+        getattr(impl, exercise)(*args, **kwargs)
+    except ValueError:
+        return
+    raise WrongAnswer(explain(call, "expected a ValueError"))
+
+
+def randn(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    return scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def ragged_mask(seed: int, batch: int, resp: int, dtype=torch.float32, empty_row: bool = True) -> torch.Tensor:
+    """Right-padded mask: one row full length, one a single token, and (optionally) one row all zeros."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, resp + 1, (batch,), generator=g)
+    lengths[0], lengths[-1] = resp, 1
+    if empty_row:
+        lengths[1] = 0
+    return (torch.arange(resp)[None] < lengths[:, None]).to(dtype)
+
+
+def with_padding_garbage(x: torch.Tensor, mask: torch.Tensor, value: float = 7.0) -> torch.Tensor:
+    return torch.where(mask.bool(), x, torch.full_like(x, value))
+
+
+# --- answer_reward ----------------------------------------------------------------------
+
+CASES = [
+    ("3+4=7<answer>7</answer>", "7"),            # right
+    ("<answer>0632</answer>", "632"),             # right: leading zeros do not matter
+    ("<answer>000</answer>", "0"),                # right: zero written with zeros
+    ("<answer>12</answer>", "13"),                # well-formed, wrong
+    ("x<answer>1</answer>junk<answer>632</answer>", "632"),   # the first pair counts: wrong
+    ("<answer>632</answer><answer>1</answer>", "632"),        # the first pair counts: right
+    ("<answer> 12 </answer>", "12"),              # spaces: not well-formed
+    ("<answer>-5</answer>", "5"),                 # sign: not well-formed
+    ("<answer>٣</answer>", "3"),                  # a non-ASCII digit: not well-formed
+    ("<answer>²</answer>", "2"),                  # a superscript: not well-formed
+    ("<answer></answer>", "0"),                   # empty: not well-formed
+    ("<answer>12", "12"),                         # no closing tag
+    ("12</answer>", "12"),                        # no opening tag
+    ("</answer>12<answer>", "12"),                # tags in the wrong order
+    ("the answer is 7", "7"),                     # no tags
+    ("", "7"),                                    # nothing at all
+    ("<answer>" + "9" * 5000 + "</answer>", "9" * 5000),   # right, and too long for int()
+    ("<answer>" + "8" * 5000 + "</answer>", "9" * 5000),   # wrong, and too long for int()
+]
+
+
+def call_reward(impl, completions, answers, format_reward):
+    """The learner's rewards; an exception is a failure, named when it is int()'s digit limit."""
+    try:
+        return impl.answer_reward(completions, answers, format_reward)
+    except NotImplementedError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any exception is the bug under test
+        labels = [mistake("answer_reward", "int_conversion_raises")] if "digits" in str(e) else []
+        raise WrongAnswer(explain(describe_call("answer_reward", completions, answers, format_reward),
+                                  f"raised {type(e).__name__}: {e} — the verifier must never raise on a completion",
+                                  labels)) from None
+
+
+@pytest.mark.exercise("answer_reward")
+@pytest.mark.parametrize("format_reward", [0.1, 0.0, 0.5])
+def test_answer_reward_matches_reference_on_every_case(impl, ref, format_reward):
+    completions, answers = [c for c, _ in CASES], [a for _, a in CASES]
+    got = call_reward(impl, completions, answers, format_reward)
+    expected = ref.answer_reward(completions, answers, format_reward)
+    if not isinstance(got, torch.Tensor) or got.dtype != torch.float32 or got.shape != expected.shape:
+        raise WrongAnswer(explain(describe_call("answer_reward", completions, answers, format_reward),
+                                  f"expected a float32 tensor of shape {tuple(expected.shape)}, got {got!r}"))
+    for (text, answer), g, e in zip(CASES, got.tolist(), expected.tolist()):
+        if g != e:
+            raise WrongAnswer(explain(describe_call("answer_reward", [text[:60]], [answer[:20]], format_reward),
+                                      f"expected {e}, got {g}",
+                                      diagnose("answer_reward", got, completions, answers, format_reward)))
+
+
+@pytest.mark.exercise("answer_reward")
+@pytest.mark.parametrize("format_reward", [0.1, 0.3])
+def test_a_well_formed_wrong_answer_gets_exactly_the_format_reward(impl, format_reward):
+    completions = ["5+6=11<answer>11</answer>", "5+6=12<answer>12</answer>", "5+6 is 11"]
+    got = call_reward(impl, completions, ["11"] * 3, format_reward)
+    expected = torch.tensor([1.0, format_reward, 0.0])
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-7, msg=lambda m: explain(
+        describe_call("answer_reward", completions, ["11"] * 3, format_reward),
+        "right → 1, well-formed wrong → format_reward, no answer → 0\n  " + m,
+        diagnose("answer_reward", got, completions, ["11"] * 3, format_reward)))
+
+
+FRAGMENTS = ["<answer>", "</answer>", "<answer", "answer>", "0", "7", "12", " ", "-", "x", "٣", "²", "\n", "<", "/"]
+
+
+@pytest.mark.exercise("answer_reward")
+@HYPOTHESIS
+@given(texts=st.lists(st.one_of(st.text(max_size=30), st.lists(st.sampled_from(FRAGMENTS), max_size=8).map("".join)),
+                      min_size=1, max_size=6),
+       answer=st.sampled_from(["7", "12", "0"]), format_reward=st.sampled_from([0.0, 0.1, 0.5]))
+def test_answer_reward_never_raises_and_agrees_with_the_reference(impl, ref, texts, answer, format_reward):
+    answers = [answer] * len(texts)
+    got = call_reward(impl, texts, answers, format_reward)
+    expected = ref.answer_reward(texts, answers, format_reward)
+    if got.tolist() != expected.tolist():
+        raise WrongAnswer(explain(describe_call("answer_reward", texts, answers, format_reward),
+                                  f"expected {expected.tolist()}, got {got.tolist()} for {texts!r}",
+                                  diagnose("answer_reward", got, texts, answers, format_reward)))
+
+
+@pytest.mark.exercise("answer_reward")
+@pytest.mark.parametrize("completions,answers,format_reward", [
+    (["<answer>1</answer>"], ["1", "2"], 0.1), (["<answer>1</answer>"], ["1"], 1.0), (["<answer>1</answer>"], ["1"], -0.1)])
+def test_answer_reward_rejects_bad_arguments(impl, completions, answers, format_reward):
+    expect_value_error(impl, "answer_reward", describe_call("answer_reward", completions, answers, format_reward),
+                       completions, answers, format_reward)
+
+
+# --- pass_at_k --------------------------------------------------------------------------
+
+def call_pass(impl, n, c, k):
+    try:
+        return impl.pass_at_k(n, c, k)
+    except (OverflowError, ZeroDivisionError) as e:
+        raise WrongAnswer(explain(f"pass_at_k({n}, {c}, {k})", f"raised {type(e).__name__}: {e}",
+                                  diagnose("pass_at_k", None, n, c, k) + [mistake("pass_at_k", "float_factorials")]
+                                  if isinstance(e, OverflowError) else [])) from None
+
+
+def exact_pass_at_k(n: int, c: int, k: int) -> float:
+    return float(1 - Fraction(math.comb(n - c, k), math.comb(n, k)))
+
+
+@pytest.mark.exercise("pass_at_k")
+@pytest.mark.parametrize("n", [1, 2, 5, 16])
+def test_pass_at_k_matches_reference_for_every_c_and_k(impl, ref, n):
+    for c in range(n + 1):
+        for k in range(1, n + 1):
+            check_call(impl, ref, "pass_at_k", n, c, k, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.exercise("pass_at_k")
+def test_pass_at_k_is_the_chance_that_a_random_k_subset_holds_a_correct_sample(impl):
+    # Enumerate every k-subset of n = 7 samples (the first c correct): the share holding at least one
+    # correct sample IS pass@k for these samples; the unbiased estimator must equal it exactly.
+    n = 7
+    for c in range(n + 1):
+        for k in range(1, n + 1):
+            subsets = list(itertools.combinations(range(n), k))
+            share = sum(any(i < c for i in s) for s in subsets) / len(subsets)
+            got = call_pass(impl, n, c, k)
+            if abs(got - share) > 1e-12:
+                raise WrongAnswer(explain(f"pass_at_k({n}, {c}, {k})",
+                                          f"{share:.6f} of the {len(subsets)} subsets of size {k} hold a correct sample; got {got}",
+                                          diagnose("pass_at_k", got, n, c, k)))
+
+
+@pytest.mark.exercise("pass_at_k")
+@pytest.mark.parametrize("n,c,k", [(200, 3, 16), (500, 1, 1), (500, 17, 64), (400, 200, 100), (300, 0, 50),
+                                   (1000, 999, 2), (256, 5, 256)])
+def test_pass_at_k_is_stable_for_hundreds_of_samples(impl, n, c, k):
+    got = call_pass(impl, n, c, k)
+    exact = exact_pass_at_k(n, c, k)
+    if not isinstance(got, float) or not math.isfinite(got) or abs(got - exact) > 1e-9:
+        raise WrongAnswer(explain(f"pass_at_k({n}, {c}, {k})", f"expected {exact!r} (exact rational arithmetic), got {got!r}",
+                                  diagnose("pass_at_k", got, n, c, k)))
+
+
+@pytest.mark.exercise("pass_at_k")
+@pytest.mark.parametrize("n,c,k,expected", [(10, 0, 1, 0.0), (10, 0, 10, 0.0), (10, 10, 3, 1.0), (10, 8, 3, 1.0),
+                                            (10, 1, 10, 1.0), (10, 3, 1, 0.3), (64, 16, 1, 0.25)])
+def test_pass_at_k_edges(impl, n, c, k, expected):
+    got = call_pass(impl, n, c, k)
+    if abs(got - expected) > 1e-12:
+        raise WrongAnswer(explain(f"pass_at_k({n}, {c}, {k})", f"expected {expected}, got {got!r}",
+                                  diagnose("pass_at_k", got, n, c, k)))
+
+
+@pytest.mark.exercise("pass_at_k")
+@pytest.mark.parametrize("n,c,k", [(5, 6, 1), (5, -1, 1), (5, 2, 0), (5, 2, 6)])
+def test_pass_at_k_rejects_impossible_counts(impl, n, c, k):
+    expect_value_error(impl, "pass_at_k", f"pass_at_k({n}, {c}, {k})", n, c, k)
+
+
+# --- groups_with_signal -----------------------------------------------------------------
+
+SIGNAL_REWARDS = {
+    2: [1.0, 1.0, 0.0, 1.0, 0.1, 0.1, 0.0, 0.0, 1.0, 0.0],
+    4: [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.001, 0.0, 0.0, 0.0, 0.0, 0.1, 1.0, 0.1, 0.0, -1.0, 1.0, 0.0, 0.0],
+    8: [0.5] * 8 + [0.0] * 7 + [1.0] + [1.0] * 8,
+}
+
+
+@pytest.mark.exercise("groups_with_signal")
+@pytest.mark.parametrize("group_size", [2, 4, 8])
+def test_groups_with_signal_matches_reference(impl, ref, group_size):
+    check_call(impl, ref, "groups_with_signal", torch.tensor(SIGNAL_REWARDS[group_size]), group_size)
+
+
+@pytest.mark.exercise("groups_with_signal")
+def test_all_right_and_all_wrong_groups_carry_no_signal(impl):
+    rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.1, 0.1, 0.1])
+    got = impl.groups_with_signal(rewards, 3)
+    if got.tolist() != [False, False, True, False]:
+        raise WrongAnswer(explain(describe_call("groups_with_signal", rewards, 3),
+                                  f"expected [False, False, True, False] (a group needs max > min), got {got.tolist()}",
+                                  diagnose("groups_with_signal", got, rewards, 3)))
+
+
+@pytest.mark.exercise("groups_with_signal")
+@pytest.mark.parametrize("n,group_size", [(8, 1), (10, 4)])
+def test_groups_with_signal_rejects_bad_groups(impl, n, group_size):
+    expect_value_error(impl, "groups_with_signal", f"groups_with_signal(Tensor[{n}], {group_size})",
+                       torch.arange(n, dtype=torch.float32), group_size)
+
+
+# --- overlong_penalty -------------------------------------------------------------------
+
+@pytest.mark.exercise("overlong_penalty")
+@pytest.mark.parametrize("max_len,cache_len", [(20, 5), (64, 16), (10, 10), (8, 1)])
+def test_overlong_penalty_matches_reference(impl, ref, max_len, cache_len):
+    check_call(impl, ref, "overlong_penalty", torch.arange(0, max_len + 6), max_len, cache_len)
+
+
+@pytest.mark.exercise("overlong_penalty")
+def test_overlong_penalty_worked_example(impl):
+    # L_max = 20, cache 5: free up to 15 tokens, then −0.2 per token, −1 at 20 and beyond.
+    lengths = torch.tensor([3, 15, 16, 18, 20, 21, 40])
+    got = impl.overlong_penalty(lengths, 20, 5)
+    expected = torch.tensor([0.0, 0.0, -0.2, -0.6, -1.0, -1.0, -1.0])
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6, msg=lambda m: explain(
+        describe_call("overlong_penalty", lengths, 20, 5), "see the worked example in this test\n  " + m,
+        diagnose("overlong_penalty", got, lengths, 20, 5)))
+
+
+@pytest.mark.exercise("overlong_penalty")
+@pytest.mark.parametrize("max_len,cache_len", [(20, 0), (20, 21)])
+def test_overlong_penalty_rejects_bad_cache(impl, max_len, cache_len):
+    expect_value_error(impl, "overlong_penalty", f"overlong_penalty(lengths, {max_len}, {cache_len})",
+                       torch.tensor([1, 2]), max_len, cache_len)
+
+
+# --- completion_mask --------------------------------------------------------------------
+
+def responses_for(eos_id: int) -> list[torch.Tensor]:
+    return [
+        torch.tensor([5, 6, 7, eos_id]),           # finished
+        torch.tensor([0, 4, 0]),                   # truncated, with id 0 (the pad id) sampled twice
+        torch.tensor([9, 0, 8, 3, 3, 4, eos_id]),  # finished exactly at the longest length
+        torch.tensor([eos_id]),                    # finished at once: one real token
+        torch.tensor([], dtype=torch.long),        # empty: never finished
+        torch.tensor([4, 4, 4, 4, 4, 4, 4]),       # truncated at the longest length
+    ]
+
+
+@pytest.mark.exercise("completion_mask")
+@pytest.mark.parametrize("eos_id", [2, 3])
+@pytest.mark.parametrize("mask_truncated", [True, False])
+def test_completion_mask_matches_reference(impl, ref, eos_id, mask_truncated):
+    check_call(impl, ref, "completion_mask", responses_for(eos_id), eos_id, mask_truncated)
+
+
+@pytest.mark.exercise("completion_mask")
+def test_completion_mask_worked_example(impl):
+    responses = [torch.tensor([7, 0, 2]), torch.tensor([7, 0]), torch.tensor([2])]
+    mask, truncated = impl.completion_mask(responses, 2, True)
+    expected = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    if truncated.tolist() != [False, True, False] or not torch.equal(mask, expected):
+        raise WrongAnswer(explain(describe_call("completion_mask", responses, 2, True),
+                                  f"expected truncated [False, True, False] and mask {expected.tolist()}; "
+                                  f"got {truncated.tolist()} and {mask.tolist()}",
+                                  diagnose("completion_mask", (mask, truncated), responses, 2, True)))
+
+
+@pytest.mark.exercise("completion_mask")
+def test_completion_mask_rejects_no_responses(impl):
+    expect_value_error(impl, "completion_mask", "completion_mask([], 2)", [], 2)
+
+
+# --- the losses: shared inputs -----------------------------------------------------------
+
+def loss_inputs(seed: int, batch: int = 7, resp: int = 6, mask_dtype=torch.float32, spread: float = 0.4,
+                empty_row: bool = True):
+    mask = ragged_mask(seed, batch, resp, mask_dtype, empty_row)
+    old = -torch.rand(batch, resp, generator=torch.Generator().manual_seed(seed)) * 3
+    logprobs = old + spread * randn(seed + 1, batch, resp)  # many ratios outside either clip range
+    advantages = randn(seed + 3, batch)
+    return with_padding_garbage(logprobs, mask), with_padding_garbage(old, mask, -3.0), advantages, mask
+
+
+def gradient_check(impl, ref, exercise: str, seed: int, *settings, spread: float = 0.4):
+    def run(fn):
+        logprobs, old, adv, mask = loss_inputs(seed, spread=spread)
+        logprobs.requires_grad_(True)
+        loss, _ = fn(logprobs, old, adv, mask, *settings)
+        loss.backward()
+        return logprobs.grad
+    check_exercise(impl, ref, exercise, run, call=f"{exercise}(..., {', '.join(map(repr, settings))}).backward(): "
+                                                 "d loss / d logprobs")
+
+
+def stats_have_no_graph(impl, exercise: str, *settings, spread: float = 0.4):
+    logprobs, old, adv, mask = loss_inputs(11, spread=spread)
+    logprobs.requires_grad_(True)
+    old.requires_grad_(True)
+    _, stats = getattr(impl, exercise)(logprobs, old, adv.requires_grad_(True), mask, *settings)
+    kept = sorted(k for k, v in stats.items() if v.requires_grad)
+    if kept:
+        raise WrongAnswer(explain(f"{exercise}(inputs that require grad, ...)", f"stats {kept} keep the autograd graph",
+                                  [mistake(exercise, "stats_keep_the_graph")] if exercise == "clip_higher_loss" else []))
+
+
+def empty_mask_check(impl, ref, exercise: str, *settings):
+    """Every row masked out (all completions truncated): loss 0, finite, and backward works."""
+    logprobs, old, adv, mask = loss_inputs(12)
+    mask = torch.zeros_like(mask)
+    logprobs.requires_grad_(True)
+    loss, stats = getattr(impl, exercise)(logprobs, old, adv, mask, *settings)
+    expected, _ = getattr(ref, exercise)(logprobs.detach(), old, adv, mask, *settings)
+    if not torch.isfinite(loss) or loss.item() != expected.item() or not all(torch.isfinite(v) for v in stats.values()):
+        labels = [mistake(exercise, "nan_for_an_empty_mask")] if exercise == "clip_higher_loss" else []
+        raise WrongAnswer(explain(f"{exercise}(..., an all-zero mask)",
+                                  f"expected loss {expected.item()} and finite stats, got {loss.item()} and "
+                                  f"{ {k: v.item() for k, v in stats.items()} }", labels))
+    loss.backward()
+    if logprobs.grad is not None and not torch.equal(logprobs.grad, torch.zeros_like(logprobs.grad)):
+        raise WrongAnswer(explain(f"{exercise}(..., an all-zero mask).backward()", "a masked-out token got a gradient"))
+
+
+# --- clip_higher_loss -------------------------------------------------------------------
+
+EPS_PAIRS = [(0.2, 0.28), (0.1, 0.3), (0.3, 0.15)]
+
+
+@pytest.mark.exercise("clip_higher_loss")
+@pytest.mark.parametrize("normalisation", ["token", "sequence"])
+@pytest.mark.parametrize("seed,eps_low,eps_high", [(s, *e) for s, e in enumerate(EPS_PAIRS)])
+def test_clip_higher_loss_matches_reference(impl, ref, normalisation, seed, eps_low, eps_high):
+    args = (*loss_inputs(seed, spread=0.6), eps_low, eps_high, normalisation)
+    _, stats = ref.clip_higher_loss(*args)
+    assert stats["policy/clipfrac_low"] > 0 and stats["policy/clipfrac_high"] > 0, "test inputs must bind both clips"
+    check_call(impl, ref, "clip_higher_loss", *args)
+
+
+@pytest.mark.exercise("clip_higher_loss")
+@pytest.mark.parametrize("mask_dtype", MASK_DTYPES, ids=str)
+def test_clip_higher_loss_takes_any_mask_dtype(impl, ref, mask_dtype):
+    check_call(impl, ref, "clip_higher_loss", *loss_inputs(4, mask_dtype=mask_dtype), 0.2, 0.28, "sequence")
+
+
+@pytest.mark.exercise("clip_higher_loss")
+@pytest.mark.parametrize("normalisation", ["token", "sequence"])
+def test_clip_higher_loss_gradient_matches_reference(impl, ref, normalisation):
+    gradient_check(impl, ref, "clip_higher_loss", 5, 0.15, 0.3, normalisation)
+
+
+@pytest.mark.exercise("clip_higher_loss")
+def test_clip_higher_binds_at_one_minus_eps_low_and_one_plus_eps_high(impl):
+    # One token per row. Row 0: A = +1, ratio 1.5 → objective capped at 1 + 0.28: loss −1.28, no gradient.
+    # Row 1: A = −1, ratio 0.5 → capped at 1 − 0.2: loss +0.8, no gradient. Row 2: A = +1, ratio 1.25 (inside
+    # the upper range 1.28, outside a symmetric 1.2): loss −1.25, gradient −1.25.
+    old = torch.zeros(3, 1)
+    logprobs = torch.log(torch.tensor([[1.5], [0.5], [1.25]])).requires_grad_(True)
+    adv, mask = torch.tensor([1.0, -1.0, 1.0]), torch.ones(3, 1)
+    loss, stats = impl.clip_higher_loss(logprobs, old, adv, mask, 0.2, 0.28, "token")
+    loss.backward()
+    expected_loss = (-1.28 + 0.8 - 1.25) / 3
+    expected_grad = torch.tensor([[0.0], [0.0], [-1.25 / 3]])
+    ok = abs(loss.item() - expected_loss) < 1e-5 and torch.allclose(logprobs.grad, expected_grad, atol=1e-5)
+    ok = ok and abs(stats["policy/clipfrac_low"].item() - 1 / 3) < 1e-6 and abs(stats["policy/clipfrac_high"].item() - 1 / 3) < 1e-6
+    if not ok:
+        raise WrongAnswer(explain(describe_call("clip_higher_loss", logprobs, old, adv, mask, 0.2, 0.28, "token"),
+                                  f"expected loss {expected_loss:.5f}, grad {expected_grad.flatten().tolist()}, clip fractions "
+                                  f"1/3 and 1/3; got {loss.item():.5f}, {logprobs.grad.flatten().tolist()}, "
+                                  f"{stats['policy/clipfrac_low'].item():.4f} and {stats['policy/clipfrac_high'].item():.4f}",
+                                  diagnose("clip_higher_loss", (loss, stats), logprobs.detach(), old, adv, mask, 0.2, 0.28,
+                                           "token")))
+
+
+@pytest.mark.exercise("clip_higher_loss")
+def test_clip_higher_stats_have_no_graph(impl):
+    stats_have_no_graph(impl, "clip_higher_loss", 0.2, 0.28, "token")
+
+
+@pytest.mark.exercise("clip_higher_loss")
+@pytest.mark.parametrize("normalisation", ["token", "sequence"])
+def test_clip_higher_loss_with_every_row_masked_out(impl, ref, normalisation):
+    empty_mask_check(impl, ref, "clip_higher_loss", 0.2, 0.28, normalisation)
+
+
+@pytest.mark.exercise("clip_higher_loss")
+def test_clip_higher_loss_rejects_an_unknown_normalisation(impl):
+    expect_value_error(impl, "clip_higher_loss", "clip_higher_loss(..., normalisation='mean')",
+                       *loss_inputs(0), 0.2, 0.28, "mean")
+
+
+# --- gspo_loss --------------------------------------------------------------------------
+
+@pytest.mark.exercise("gspo_loss")
+@pytest.mark.parametrize("seed,eps_low,eps_high,spread", [(0, 3e-4, 4e-4, 1e-3), (1, 2e-4, 5e-4, 5e-4),
+                                                          (2, 0.2, 0.28, 0.8), (3, 0.1, 0.05, 0.3)])
+def test_gspo_loss_matches_reference(impl, ref, seed, eps_low, eps_high, spread):
+    args = (*loss_inputs(seed, spread=spread, batch=10), eps_low, eps_high)
+    _, stats = ref.gspo_loss(*args)
+    assert 0 < stats["policy/clipfrac_low"] + stats["policy/clipfrac_high"] < 0.8, "test inputs must bind some clips, not all"
+    check_call(impl, ref, "gspo_loss", *args)
+
+
+@pytest.mark.exercise("gspo_loss")
+@pytest.mark.parametrize("mask_dtype", MASK_DTYPES, ids=str)
+def test_gspo_loss_takes_any_mask_dtype(impl, ref, mask_dtype):
+    check_call(impl, ref, "gspo_loss", *loss_inputs(4, mask_dtype=mask_dtype, spread=1e-3), 3e-4, 4e-4)
+
+
+@pytest.mark.exercise("gspo_loss")
+@pytest.mark.parametrize("eps_low,eps_high,spread", [(3e-4, 4e-4, 1e-3), (0.2, 0.28, 0.4)])
+def test_gspo_loss_gradient_matches_reference(impl, ref, eps_low, eps_high, spread):
+    gradient_check(impl, ref, "gspo_loss", 6, eps_low, eps_high, spread=spread)
+
+
+@pytest.mark.exercise("gspo_loss")
+def test_gspo_ratio_does_not_depend_on_length(impl):
+    # Row 0 has log-ratios (0.1, 0.3): s = exp(0.2). Row 1 repeats them twice (0.1, 0.3, 0.1, 0.3): the same s.
+    # With a wide clip range nothing binds, so both rows' losses are −A·exp(0.2): the loss is −exp(0.2) for A = 1.
+    old = torch.zeros(2, 4)
+    logprobs = torch.tensor([[0.1, 0.3, 5.0, 5.0], [0.1, 0.3, 0.1, 0.3]])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    adv = torch.tensor([1.0, 1.0])
+    loss, stats = impl.gspo_loss(logprobs, old, adv, mask, 0.5, 0.5)
+    expected = -math.exp(0.2)
+    if abs(loss.item() - expected) > 1e-5 or abs(stats["policy/ratio"].item() - math.exp(0.2)) > 1e-5:
+        raise WrongAnswer(explain(describe_call("gspo_loss", logprobs, old, adv, mask, 0.5, 0.5),
+                                  f"s_b is the geometric mean of the token ratios: expected loss {expected:.5f} and ratio "
+                                  f"{math.exp(0.2):.5f}, got {loss.item():.5f} and {stats['policy/ratio'].item():.5f}",
+                                  diagnose("gspo_loss", (loss, stats), logprobs, old, adv, mask, 0.5, 0.5)))
+
+
+@pytest.mark.exercise("gspo_loss")
+def test_gspo_clip_binds_per_sequence(impl):
+    # Row 0: A = +1, s = exp(0.01) > 1 + 4e-4 → capped, no gradient for any of its tokens, even the one
+    # whose own ratio is below 1. Row 1: A = +1, s = 1 exactly (log-ratios +0.002, −0.002) → inside: gradient 1/2 per token.
+    old = torch.zeros(2, 2)
+    logprobs = torch.tensor([[0.03, -0.01], [0.002, -0.002]], requires_grad=True)
+    adv, mask = torch.tensor([1.0, 1.0]), torch.ones(2, 2)
+    loss, stats = impl.gspo_loss(logprobs, old, adv, mask, 3e-4, 4e-4)
+    loss.backward()
+    expected_grad = torch.tensor([[0.0, 0.0], [-0.25, -0.25]])
+    if not torch.allclose(logprobs.grad, expected_grad, atol=1e-5) or abs(stats["policy/clipfrac_high"].item() - 0.5) > 1e-6:
+        raise WrongAnswer(explain(describe_call("gspo_loss", logprobs, old, adv, mask, 3e-4, 4e-4),
+                                  f"expected grad {expected_grad.tolist()} and clipfrac_high 0.5; got "
+                                  f"{logprobs.grad.tolist()} and {stats['policy/clipfrac_high'].item()}",
+                                  diagnose("gspo_loss", (loss, stats), logprobs.detach(), old, adv, mask, 3e-4, 4e-4)))
+
+
+@pytest.mark.exercise("gspo_loss")
+def test_gspo_stats_have_no_graph(impl):
+    stats_have_no_graph(impl, "gspo_loss", 3e-4, 4e-4, spread=1e-3)
+
+
+@pytest.mark.exercise("gspo_loss")
+def test_gspo_loss_with_every_row_masked_out(impl, ref):
+    empty_mask_check(impl, ref, "gspo_loss", 3e-4, 4e-4)
+
+
+# --- cispo_loss -------------------------------------------------------------------------
+
+CISPO_SETTINGS = [(1.0, 0.28), (0.2, 0.2), (0.5, 2.0)]
+
+
+@pytest.mark.exercise("cispo_loss")
+@pytest.mark.parametrize("normalisation", ["token", "sequence"])
+@pytest.mark.parametrize("seed,eps_low,eps_high", [(s, *e) for s, e in enumerate(CISPO_SETTINGS)])
+def test_cispo_loss_matches_reference(impl, ref, normalisation, seed, eps_low, eps_high):
+    check_call(impl, ref, "cispo_loss", *loss_inputs(seed, spread=0.8), eps_low, eps_high, normalisation)
+
+
+@pytest.mark.exercise("cispo_loss")
+@pytest.mark.parametrize("mask_dtype", MASK_DTYPES, ids=str)
+def test_cispo_loss_takes_any_mask_dtype(impl, ref, mask_dtype):
+    check_call(impl, ref, "cispo_loss", *loss_inputs(4, mask_dtype=mask_dtype), 1.0, 0.28, "token")
+
+
+@pytest.mark.exercise("cispo_loss")
+@pytest.mark.parametrize("normalisation", ["token", "sequence"])
+@pytest.mark.parametrize("eps_low,eps_high", [(1.0, 0.28), (0.2, 0.5)])
+def test_cispo_loss_gradient_matches_reference(impl, ref, normalisation, eps_low, eps_high):
+    gradient_check(impl, ref, "cispo_loss", 7, eps_low, eps_high, normalisation, spread=0.8)
+
+
+@pytest.mark.exercise("cispo_loss")
+def test_cispo_keeps_the_gradient_of_tokens_outside_the_clip(impl):
+    # Ratios 3 (A = +1) and 0.5 (A = −1), ε_low = 0.2, ε_high = 0.28: PPO would drop both tokens' gradients.
+    # CISPO's weights are 1.28 and 0.8, so d loss / d logprobs = −w·A / 2 = −0.64 and +0.4.
+    old = torch.log(torch.tensor([[1.0 / 3.0], [2.0]]))
+    logprobs = torch.zeros(2, 1, requires_grad=True)
+    adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 1)
+    loss, stats = impl.cispo_loss(logprobs, old, adv, mask, 0.2, 0.28, "token")
+    loss.backward()
+    expected = torch.tensor([[-0.64], [0.4]])
+    if not torch.allclose(logprobs.grad, expected, atol=1e-5) or abs(stats["policy/clipfrac_high"].item() - 0.5) > 1e-6:
+        raise WrongAnswer(explain(describe_call("cispo_loss", logprobs, old, adv, mask, 0.2, 0.28, "token"),
+                                  f"expected grad {expected.flatten().tolist()} and clipfrac_high 0.5; got "
+                                  f"{logprobs.grad.flatten().tolist()} and {stats['policy/clipfrac_high'].item()}",
+                                  diagnose("cispo_loss", (loss, stats), logprobs.detach(), old, adv, mask, 0.2, 0.28, "token")))
+
+
+@pytest.mark.exercise("cispo_loss")
+def test_cispo_stats_have_no_graph(impl):
+    stats_have_no_graph(impl, "cispo_loss", 1.0, 0.28, "token", spread=0.8)
+
+
+@pytest.mark.exercise("cispo_loss")
+@pytest.mark.parametrize("normalisation", ["token", "sequence"])
+def test_cispo_loss_with_every_row_masked_out(impl, ref, normalisation):
+    empty_mask_check(impl, ref, "cispo_loss", 1.0, 0.28, normalisation)
+
+
+@pytest.mark.exercise("cispo_loss")
+def test_cispo_loss_rejects_an_unknown_normalisation(impl):
+    expect_value_error(impl, "cispo_loss", "cispo_loss(..., normalisation='constant')", *loss_inputs(0), 1.0, 0.28, "constant")

@@ -1,0 +1,143 @@
+"""Correct alternatives to the Part 7 exercises (see workbook/alternatives/__init__.py).
+
+Each is written from the exercise's docstring alone, in a style the reference does not use.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import partial
+
+import torch
+
+from workbook.alternatives import alternative
+
+part7 = partial(alternative, "part7_reasoning")
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", flags=re.S)
+
+
+@part7("answer_reward", "regex_and_fullmatch",
+       "a non-greedy regex finds the first pair; [0-9]+ with re.ASCII checks it; numbers compared as stripped strings")
+def reward_regex(completions, answers, format_reward=0.1):
+    if len(completions) != len(answers):
+        raise ValueError("lengths differ")
+    if format_reward < 0 or format_reward >= 1:
+        raise ValueError("format_reward must be in [0, 1)")
+    out = torch.zeros(len(completions))
+    for i, (text, answer) in enumerate(zip(completions, answers)):
+        found = _ANSWER.search(text)
+        if found is None or re.fullmatch(r"[0-9]+", found.group(1), flags=re.ASCII) is None:
+            continue
+        out[i] = 1.0 if found.group(1).lstrip("0") == answer.lstrip("0") else format_reward
+    return out
+
+
+@part7("pass_at_k", "exact_binomials", "exact integer binomials with math.comb and Python's correctly rounded int division")
+def pass_comb(n, c, k):
+    if c < 0 or c > n or k < 1 or k > n:
+        raise ValueError("need 0 <= c <= n and 1 <= k <= n")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@part7("groups_with_signal", "unique_count_loop", "a loop over the groups asking whether more than one distinct value occurs")
+def signal_unique(rewards, group_size):
+    if group_size < 2 or len(rewards) % group_size != 0:
+        raise ValueError("bad group size")
+    flags = [len(torch.unique(rewards[i:i + group_size].detach())) > 1 for i in range(0, len(rewards), group_size)]
+    return torch.tensor(flags, dtype=torch.bool)
+
+
+@part7("overlong_penalty", "piecewise_where", "the three cases written out with torch.where")
+def overlong_where(lengths, max_len, cache_len):
+    if cache_len < 1 or cache_len > max_len:
+        raise ValueError("need 1 <= cache_len <= max_len")
+    L = lengths.double()
+    start = max_len - cache_len
+    ramp = (start - L) / cache_len
+    out = torch.where(L <= start, torch.zeros_like(L), torch.where(L <= max_len, ramp, -torch.ones_like(L)))
+    return out.float()
+
+
+@part7("completion_mask", "row_by_row_fill", "a zero tensor filled row by row with a Python loop")
+def mask_rows(responses, eos_id, mask_truncated=True):
+    if len(responses) == 0:
+        raise ValueError("no responses")
+    width = max(len(r) for r in responses)
+    mask = torch.zeros(len(responses), width)
+    truncated = torch.zeros(len(responses), dtype=torch.bool)
+    for b, r in enumerate(responses):
+        ended = len(r) > 0 and r[-1].item() == eos_id
+        truncated[b] = not ended
+        if ended or not mask_truncated:
+            mask[b, :len(r)] = 1.0
+    return mask, truncated
+
+
+def _reduce(per_tok, m, normalisation):
+    lengths = m.sum(dim=1)
+    if normalisation == "token":
+        return (per_tok * m).sum() / torch.clamp(lengths.sum(), min=1.0)
+    rows = [(per_tok[b] * m[b]).sum() / lengths[b] for b in range(m.shape[0]) if lengths[b] > 0]
+    return torch.stack(rows).mean() if rows else (per_tok * m).sum()
+
+
+@part7("clip_higher_loss", "where_on_advantage_sign",
+       "the pessimistic bound chosen with torch.where on the advantage's sign; per-row means in a loop")
+def clip_higher_where(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28, normalisation="token"):
+    if normalisation not in ("token", "sequence"):
+        raise ValueError("unknown normalisation")
+    m = mask.float().to(logprobs.dtype)
+    ratio = (logprobs - old_logprobs).exp()
+    adv = advantages.unsqueeze(1).expand_as(ratio)
+    capped = torch.where(adv >= 0, ratio.clamp(max=1 + eps_high), ratio.clamp(min=1 - eps_low))
+    objective = torch.minimum(ratio * adv, capped * adv)
+    real = m.bool()
+    with torch.no_grad():
+        count = max(int(real.sum()), 1)
+        stats = {
+            "policy/clipfrac_low": ((ratio < 1 - eps_low) & (adv < 0) & real).sum().to(m.dtype) / count,
+            "policy/clipfrac_high": ((ratio > 1 + eps_high) & (adv > 0) & real).sum().to(m.dtype) / count,
+            "policy/ratio": (ratio * m).sum() / count,
+        }
+    return _reduce(-objective, m, normalisation), stats
+
+
+@part7("gspo_loss", "log_space_clip", "the clip range applied in log space, the pessimistic bound chosen by the advantage's sign")
+def gspo_log_space(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_high=4e-4):
+    m = mask.to(logprobs.dtype)
+    n = m.sum(dim=1)
+    real = n > 0
+    log_s = torch.where(real, ((logprobs - old_logprobs) * m).sum(dim=1) / n.clamp(min=1), torch.zeros_like(n))
+    s = log_s.exp()
+    capped = torch.where(advantages >= 0, torch.exp(log_s.clamp(max=math.log1p(eps_high))),
+                         torch.exp(log_s.clamp(min=math.log1p(-eps_low))))
+    per_seq = -torch.minimum(s * advantages, capped * advantages)
+    if not real.any():
+        return (per_seq * 0).sum(), {k: torch.tensor(0.0) for k in ("policy/clipfrac_low", "policy/clipfrac_high")} | {
+            "policy/ratio": torch.tensor(0.0)}
+    with torch.no_grad():
+        stats = {
+            "policy/clipfrac_low": ((s < 1 - eps_low) & (advantages < 0))[real].float().mean(),
+            "policy/clipfrac_high": ((s > 1 + eps_high) & (advantages > 0))[real].float().mean(),
+            "policy/ratio": s[real].mean(),
+        }
+    return per_seq[real].mean(), stats
+
+
+@part7("cispo_loss", "weight_under_no_grad", "the weight computed under torch.no_grad with min/max, the loss per row in a loop")
+def cispo_no_grad(logprobs, old_logprobs, advantages, mask, eps_low=1.0, eps_high=0.28, normalisation="token"):
+    if normalisation not in ("token", "sequence"):
+        raise ValueError("unknown normalisation")
+    m = mask.to(logprobs.dtype)
+    with torch.no_grad():
+        ratio = torch.exp(logprobs - old_logprobs)
+        weight = torch.minimum(torch.maximum(ratio, torch.full_like(ratio, 1 - eps_low)), torch.full_like(ratio, 1 + eps_high))
+        count = m.sum().clamp(min=1)
+        stats = {
+            "policy/clipfrac_low": ((ratio < 1 - eps_low).to(m.dtype) * m).sum() / count,
+            "policy/clipfrac_high": ((ratio > 1 + eps_high).to(m.dtype) * m).sum() / count,
+            "policy/ratio": (ratio * m).sum() / count,
+        }
+    return _reduce(-(weight * advantages[:, None]) * logprobs, m, normalisation), stats

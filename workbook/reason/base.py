@@ -1,0 +1,135 @@
+"""The base model of Part 7: Part 3's character GPT pretrained on a task's worked solutions.
+
+    from workbook.reason import load_or_pretrain_reasoner, make_problems, sample_pass_at_k
+    model, tok = load_or_pretrain_reasoner("addition")        # about a minute once, then cached
+    table = sample_pass_at_k(model, tok, make_problems("addition", "eval", 256), impl, n=16, ks=(1, 16))
+
+Pretraining reuses ``workbook.lm.pretrain`` on another corpus and tokenizer; the checkpoint
+sits next to the review model's under the same cache directory, keyed by a hash of the
+settings and the task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from workbook.lm.model import GPT, load_checkpoint, save_checkpoint
+from workbook.lm.pretrain import PretrainArgs, pretrain
+from workbook.lm.tokenizer import CharTokenizer, pad_batch
+from workbook.reason.task import ALPHABET, CORPUS_SLIP, Problem, _check_task, corpus_texts
+
+# Bump when the corpus format or the task's generator changes what the same settings produce.
+REASON_CACHE_VERSION = 1
+MAX_NEW_TOKENS = 64
+"""Longest completion sampled: the longest worked solution is 46 characters + EOS."""
+
+# Per task: Part 3's PretrainArgs with ``n_reviews`` read as the number of corpus texts.
+# Addition is trained until it knows the procedure (its errors are then the corpus's slips);
+# multiplication is stopped early, while its times tables are still half learned.
+REASONER_ARGS = {
+    "addition": PretrainArgs(n_reviews=40_000, n_heldout=1_000, steps=1200, batch_size=16, lr=5e-3, warmup=40,
+                             block_size=80, n_layer=3, n_head=4, d_model=96),
+    "multiplication": PretrainArgs(n_reviews=20_000, n_heldout=1_000, steps=300, batch_size=16, lr=5e-3, warmup=40,
+                                   block_size=80, n_layer=3, n_head=4, d_model=96),
+}
+
+
+def reasoner_tokenizer() -> CharTokenizer:
+    return CharTokenizer(ALPHABET)
+
+
+def reasoner_cache_key(task: str, args: PretrainArgs) -> str:
+    d = {"args": args.cache_key(), "task": task, "slip": CORPUS_SLIP[task], "alphabet": ALPHABET,
+         "version": REASON_CACHE_VERSION}
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def reasoner_checkpoint_path(task: str, args: PretrainArgs | None = None) -> Path:
+    _check_task(task)
+    args = REASONER_ARGS[task] if args is None else args
+    return Path(args.cache_dir) / f"reasoner-{task}-{reasoner_cache_key(task, args)}.pt"
+
+
+def pretrain_reasoner(task: str, args: PretrainArgs | None = None, *, progress: bool = True) -> tuple[GPT, CharTokenizer, dict]:
+    """Train the base model of ``task`` from scratch (no cache); returns (model, tokenizer, stats)."""
+    _check_task(task)
+    args = REASONER_ARGS[task] if args is None else args
+    corpus = (corpus_texts(task, args.n_reviews, args.seed), corpus_texts(task, args.n_heldout, args.seed + 1_000_003))
+    return pretrain(args, progress=progress, corpus=corpus, tokenizer=reasoner_tokenizer())
+
+
+def load_or_pretrain_reasoner(task: str, args: PretrainArgs | None = None, *, progress: bool = True) -> tuple[GPT, CharTokenizer]:
+    """The base model of ``task``: from the cache if there, else pretrained now and cached."""
+    _check_task(task)
+    args = REASONER_ARGS[task] if args is None else dataclasses.replace(args)
+    path = reasoner_checkpoint_path(task, args)
+    if path.exists():
+        try:
+            model, tok, _ = load_checkpoint(path)
+            return model, tok
+        except Exception as e:  # a corrupt or foreign file: retrain rather than fail
+            print(f"ignoring unreadable checkpoint {path}: {e}", file=sys.stderr)
+    if progress:
+        print(f"pretraining the {task} model (once; cached at {path})", flush=True)
+    model, tok, stats = pretrain_reasoner(task, args, progress=progress)
+    plain = {k: v for k, v in dataclasses.asdict(args).items() if k != "cache_dir"}
+    save_checkpoint(path, model, tok, extra={"task": task, "args": plain, "stats": stats})
+    return model, tok
+
+
+@torch.no_grad()
+def sample_completions(
+    model: GPT, tok: CharTokenizer, prompts: list[str], *, temperature: float = 1.0, seed: int = 0,
+    max_new_tokens: int = MAX_NEW_TOKENS, batch_size: int = 512,
+) -> tuple[list[str], list[int], list[bool]]:
+    """One completion per prompt: (texts without specials, lengths in tokens incl. EOS, truncated?)."""
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    texts, lengths, truncated = [], [], []
+    for i in range(0, len(prompts), batch_size):
+        chunk = prompts[i:i + batch_size]
+        ids, mask = pad_batch([tok.encode(p, add_bos=True) for p in chunk], side="left", pad_id=tok.pad_id)
+        room = min(max_new_tokens, model.config.block_size - ids.shape[1])
+        responses = model.generate(ids.to(device), mask.to(device), max_new_tokens=room, temperature=temperature,
+                                   generator=gen, eos_id=tok.eos_id, pad_id=tok.pad_id)
+        for r in responses:
+            texts.append(tok.decode(r))
+            lengths.append(len(r))
+            truncated.append(bool(len(r) == 0 or int(r[-1]) != tok.eos_id))
+    return texts, lengths, truncated
+
+
+def sample_pass_at_k(
+    model: GPT, tok: CharTokenizer, problems: list[Problem], impl: ModuleType, *, n: int = 16,
+    ks: tuple[int, ...] = (1, 16), temperature: float = 1.0, seed: int = 0, max_new_tokens: int = MAX_NEW_TOKENS,
+) -> dict:
+    """Sample ``n`` completions per problem and return the pass@k table.
+
+    Correctness and format are ``impl.answer_reward``'s (reward 1 with no format reward is
+    right; > 0 with a format reward is well-formed) and pass@k is ``impl.pass_at_k`` averaged
+    over problems — the learner's functions or the reference's, as ``impl`` says. Returns
+    ``{"pass@k": {k: mean}, "format_valid": f, "mean_length": tokens, "truncated": f,
+    "correct_per_problem": [c, ...], "n": n}``.
+    """
+    if not problems:
+        raise ValueError("need at least one problem")
+    if any(k > n for k in ks):
+        raise ValueError(f"every k must be <= n={n}, got {ks}")
+    prompts = [p.prompt for p in problems for _ in range(n)]
+    answers = [p.answer for p in problems for _ in range(n)]
+    texts, lengths, truncated = sample_completions(model, tok, prompts, temperature=temperature, seed=seed,
+                                                   max_new_tokens=max_new_tokens)
+    correct = impl.answer_reward(texts, answers, format_reward=0.0) == 1.0
+    valid = impl.answer_reward(texts, answers, format_reward=0.5) > 0
+    counts = correct.view(len(problems), n).sum(dim=1).tolist()
+    table = {k: sum(impl.pass_at_k(n, int(c), k) for c in counts) / len(problems) for k in ks}
+    return {"pass@k": table, "format_valid": valid.float().mean().item(),
+            "mean_length": sum(lengths) / len(lengths), "truncated": sum(truncated) / len(truncated),
+            "correct_per_problem": [int(c) for c in counts], "n": n}
