@@ -14,6 +14,7 @@ COMMANDS = {
     "continuous": ("workbook.continuous.train", "Part 4: train a Gaussian-policy PPO agent on MuJoCo (--env)"),
     "pretrain": ("workbook.lm.pretrain", "Part 3: pretrain the tiny review GPT (cached)"),
     "rlhf": ("workbook.loop.train", "Part 3: RLHF 'write a positive review' end to end"),
+    "reason": ("workbook.loop.reasoning", "Part 7: RL with verifiable rewards on arithmetic (--algo dapo|grpo|...)"),
     "main": ("workbook.main_job", "the main job: grade the reference, train CartPole, run RLHF"),
 }
 

@@ -212,7 +212,7 @@ class Run:
     """
 
     def __init__(self, args: Args, *, model=None, tok=None, task: Task | None = None, backend=None, pretrain_args=None):
-        validate(args)
+        self.validate(args)
         self.args, self.name = args, run_name(args)
         # Under torchrun: rank-dependent prompts and sampling; only rank 0 prints and writes.
         self.dp = dp = distributed.init(args.impl)
@@ -248,6 +248,13 @@ class Run:
         self.train_s = 0.0
         self.metrics_file = (self.out_dir / "metrics.jsonl").open("w") if dp.is_main else open(os.devnull, "w")
         self.samples_file = (self.out_dir / "samples.jsonl").open("w") if dp.is_main else open(os.devnull, "w")
+
+    def validate(self, args: Args) -> None:
+        """The command's checks (a command on another task, e.g. ``reason``, overrides them and :meth:`title`)."""
+        validate(args)
+
+    def title(self) -> str:
+        return curves_title(self.args, self.name)
 
     def evaluate(self) -> dict:
         a = self.args
@@ -301,7 +308,7 @@ class Run:
         if not self.dp.is_main:
             return {"run_dir": None, "iterations": len(self.history)}
         spec = ALGORITHMS[a.algo]
-        save_curves(self.history, self.out_dir / "curves.png", curves_title(a, self.name), self.task.panels + spec.panels,
+        save_curves(self.history, self.out_dir / "curves.png", self.title(), self.task.panels + spec.panels,
                     x_label=spec.x_label, kl_target=spec.kl_target(a), reference_reward=self.before.get("reward"))
         saved = self.backend.save(self.policy, self.tok, self.out_dir, a)
         summary = {
@@ -332,9 +339,10 @@ def curves_title(args: Args, name: str) -> str:
 
 
 def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend=None, pretrain_args=None,
-          progress: bool | None = None) -> dict:
-    """Run the loop; returns the summary (before/after evaluation, wall times, paths). See :class:`Run`."""
-    run = Run(args, model=model, tok=tok, task=task, backend=backend, pretrain_args=pretrain_args)
+          progress: bool | None = None, run_class: type[Run] = Run) -> dict:
+    """Run the loop; returns the summary (before/after evaluation, wall times, paths). See :class:`Run`
+    (``run_class``: a subclass with another command's checks, e.g. ``reason``'s)."""
+    run = run_class(args, model=model, tok=tok, task=task, backend=backend, pretrain_args=pretrain_args)
     show = (args.progress and not args.quiet) if progress is None else progress
     bar = None
     if show and run.dp.is_main:
