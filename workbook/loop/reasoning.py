@@ -118,7 +118,7 @@ class ReasonArgs(Args):
     dynamic_sampling: bool = False
     """Train only on groups whose rewards differ (DAPO)."""
     overlong_cache: int = 0
-    """DAPO's soft overlong penalty over the last this many tokens before --max-new-tokens (0: off)."""
+    """DAPO's soft overlong penalty over the last this many tokens before --max-new-tokens (0: off; dapo's default 16 becomes --max-new-tokens / 4 where that is less)."""
     mask_truncated: bool = False
     """Keep completions cut off at --max-new-tokens out of the loss (DAPO)."""
     max_new_tokens: int = 64
@@ -287,7 +287,10 @@ def parse_command(argv: list[str] | None) -> tuple[ReasonArgs, list[int]]:
     overrides = parse_overrides(namespace.set, ReasonArgs)
     for hidden in set(overrides) & set(HIDDEN):
         raise ConfigError("--set", f"{hidden} is not an option of this command")
-    return dataclasses.replace(args, **defaults, **overrides), seeds
+    args = dataclasses.replace(args, **(defaults | overrides))
+    if "overlong_cache" not in given | set(overrides) and args.overlong_cache > args.max_new_tokens // 4:
+        args = dataclasses.replace(args, overlong_cache=args.max_new_tokens // 4)  # a short limit, a shorter ramp
+    return args, seeds
 
 
 def validate(args: ReasonArgs) -> None:
