@@ -275,3 +275,33 @@ def test_model_path_runs_a_hugging_face_causal_lm(tmp_path):
     from workbook.hf.model import load_causal_lm
 
     load_causal_lm(str(out / "policy"))  # the trained policy loads back with --model
+
+
+# --- the task ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,op", [("addition", "+"), ("multiplication", "*")])
+def test_the_task_draws_fresh_training_problems_and_holds_out_the_evaluation(name, op):
+    task = reasoning.ReasoningTask("solutions", name, group_size=4)
+    first = task.batch(64, 0, 0)
+    assert task.batch(64, 0, 0) == first, "same seed and iteration, same problems"
+    assert task.batch(64, 0, 1) != first and task.batch(64, 1, 0) != first
+    heldout = task.eval_prompts(100)
+    assert all(op in p.text and p.answer.isdigit() for p in first + heldout)
+    seen = {p.text for seed in range(3) for it in range(20) for p in task.batch(64, seed, it)}
+    assert not seen & {p.text for p in heldout}, "a held-out problem was a training prompt"
+
+
+@pytest.mark.parametrize("fmt", [0.1, 0.3])
+def test_the_task_scores_with_the_verifier_and_counts_groups_with_a_signal(fmt):
+    from workbook.loop.task import Prompt
+    from workbook.rlhf.data import Rollout
+
+    task = reasoning.ReasoningTask("solutions", "addition", group_size=2, format_reward=fmt)
+    prompts = [Prompt("1+2:", "3")] * 2 + [Prompt("2+2:", "4")] * 2
+    completions = ["<answer>3</answer>", "x", "<answer>5</answer>", "<answer>5</answer>"]
+    batch = Rollout([p.text for p in prompts], [], [], [], completions, [True] * 4)
+    scores = task.score(prompts, batch)
+    assert scores.tolist() == pytest.approx([1.0, 0.0, fmt, fmt])
+    stats = task.batch_stats(batch, scores)
+    assert stats["env/accuracy"] == 0.25 and stats["env/format_valid"] == 0.75 and stats["env/groups_with_signal"] == 0.5
+    assert "env/groups_with_signal" not in reasoning.ReasoningTask("solutions", group_size=1).batch_stats(batch, scores)

@@ -249,6 +249,9 @@ class Run:
         self.metrics_file = (self.out_dir / "metrics.jsonl").open("w") if dp.is_main else open(os.devnull, "w")
         self.samples_file = (self.out_dir / "samples.jsonl").open("w") if dp.is_main else open(os.devnull, "w")
 
+    rollout_chunk = 64
+    """Prompts sampled together (a subclass may take more: the reason command's short answers, 256 at once)."""
+
     def validate(self, args: Args) -> None:
         """The command's checks (a command on another task, e.g. ``reason``, overrides them and :meth:`title`)."""
         validate(args)
@@ -267,7 +270,7 @@ class Run:
         t_it = time.perf_counter()
         prompts = self.algo.prompts(it)
         batch = rollout(self.policy.lm, self.tok, [p.text for p in prompts], max_new_tokens=a.max_new_tokens,
-                        temperature=a.temperature, generator=self.generator)
+                        temperature=a.temperature, generator=self.generator, chunk=self.rollout_chunk)
         scores = self.task.score(prompts, batch).to(self.device)
         t_gen = time.perf_counter() - t_it
         stats = self.algo.step(batch, scores, it)
