@@ -41,10 +41,9 @@ Theory: part0_theory.md, section 13.
 
 from __future__ import annotations
 
+import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
-
-import torch
 
 from workbook.typecheck import Mask, typechecked
 
@@ -213,10 +212,10 @@ def completion_mask(
     ``eos_id`` if the model finished it and without if sampling stopped at the length limit.
     Returns ``(mask, truncated)``:
 
-    - ``mask[b, t]`` = 1.0 for ``t < len(responses[b])`` (the EOS is a real token: the model
+    - ``mask[b, t]`` (float32) = 1.0 for ``t < len(responses[b])`` (the EOS is a real token: the model
       chose to stop, and that choice is trained like any other), 0.0 after; ``resp`` is the
       longest response's length;
-    - ``truncated[b]`` = True if response b does not end with ``eos_id`` (an empty response
+    - ``truncated[b]`` (bool) = True if response b does not end with ``eos_id`` (an empty response
       never ended either: truncated);
     - with ``mask_truncated``, every truncated row of ``mask`` is all zeros: its tokens are
       kept out of the loss (DAPO's overlong filtering; TRL's ``mask_truncated_completions``).

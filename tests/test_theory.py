@@ -41,6 +41,8 @@ TOPICS = {
          "closed form", "implicit reward", "Bradley–Terry", "Z(x)"],
     12: ["Independent", "log_prob", "does not depend on the state", "clip",
          "store", "parallel formula", "frozen", "discounted return", "Divide only"],
+    13: ["verifiable", "critic", "Dr. GRPO", "standard deviation", "clip-higher", "dynamic sampling", "token-level",
+         "overlong", "GSPO", "CISPO", "pass@k", "Yue et al."],
     11: ["torchrun", "rank", "all-reduce", "divided by $N$", "equal shares", "seed", "broadcast", "whiten",
          "global batch", "timeout"],
 }
@@ -446,3 +448,37 @@ def test_worked_example_gaussian_matches_reference():
             assert_printed(cell, value, f"{label} in the Gaussian example")
     ratio = re.search(r"= (\S+) before a single gradient step", doc()).group(1)
     assert_printed(ratio, (dist.log_prob(sent) - log_prob).exp().item(), "the ratio of a stored clipped action")
+
+
+# --- worked examples (f) and (g): Part 7's clips and pass@k --------------------------------
+
+def test_worked_example_rlvr_clip_gradients_match_reference():
+    part7 = importlib.import_module("solutions.part7_reasoning")
+    rows = table_after("rlvr-clips")
+    header, body = rows[0], rows[1:]
+    assert header == ["A", "ratio", "PPO", "clip-higher", "CISPO"], f"the clips table's columns changed: {header}"
+    losses = {2: lambda lp, old, a, m: part7.clip_higher_loss(lp, old, a, m, 0.2, 0.2, "token"),
+              3: lambda lp, old, a, m: part7.clip_higher_loss(lp, old, a, m, 0.2, 0.28, "token"),
+              4: lambda lp, old, a, m: part7.cispo_loss(lp, old, a, m, 1.0, 0.28, "token")}
+    for row in body:
+        advantage, ratio = number(row[0]), number(row[1])
+        for column, loss_fn in losses.items():
+            # One token with log-prob −1 and the stated ratio: the objective's gradient is −d loss / d log π.
+            logprob = torch.tensor([[-1.0]], dtype=torch.float64, requires_grad=True)
+            old = logprob.detach() - torch.log(torch.tensor(ratio, dtype=torch.float64))
+            loss, _ = loss_fn(logprob, old, torch.tensor([advantage], dtype=torch.float64), torch.ones(1, 1))
+            loss.backward()
+            assert_printed(row[column], -logprob.grad.item(), f"{header[column]}'s gradient at A={row[0]}, ratio={row[1]}")
+
+
+def test_worked_example_pass_at_k_matches_reference():
+    part7 = importlib.import_module("solutions.part7_reasoning")
+    rows = table_after("pass-at-k")
+    header, body = rows[0], rows[1:]
+    assert header == ["c of 16", "pass@1", "pass@4", "pass@16", "plug-in pass@4"], f"pass@k table columns changed: {header}"
+    for row in body:
+        c = int(row[0])
+        for column, k in ((1, 1), (2, 4), (3, 16)):
+            assert_printed(row[column], part7.pass_at_k(16, c, k), f"pass@{k} with c={c} of 16")
+        assert_printed(row[4], 1 - (1 - c / 16) ** 4, f"the plug-in pass@4 with c={c}")
+    assert [int(row[0]) for row in body] == [0, 1, 2, 4, 8, 16]

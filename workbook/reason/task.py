@@ -21,11 +21,12 @@ pretraining corpus nor among the RL training prompts, whatever the seeds.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from functools import cache
 from dataclasses import dataclass
 from typing import Literal
+
+import numpy as np
 
 TASKS = ("addition", "multiplication")
 Split = Literal["pretrain", "train", "eval"]
@@ -37,8 +38,10 @@ OPEN, CLOSE = "<answer>", "</answer>"
 
 # The share of all operand pairs held out for evaluation (by hash, so fixed forever).
 EVAL_FRACTION = {"addition": 0.1, "multiplication": 0.3}
+# Operand ranges [lo, hi) of a and b.
+_RANGES = {"addition": ((100, 1000), (100, 1000)), "multiplication": ((10, 100), (2, 10))}
 # The corpus forgets each due carry with this probability (the slips RL can fix).
-CORPUS_SLIP = {"addition": 0.55, "multiplication": 0.0}
+CORPUS_SLIP = {"addition": 0.45, "multiplication": 0.0}
 
 
 @dataclass(frozen=True)
@@ -57,15 +60,35 @@ def _check_task(task: str) -> None:
 def operand_pairs(task: str) -> list[tuple[int, int]]:
     """Every (a, b) the task can ask about, in a fixed order."""
     _check_task(task)
-    if task == "addition":
-        return [(a, b) for a in range(100, 1000) for b in range(100, 1000)]
-    return [(a, b) for a in range(10, 100) for b in range(2, 10)]
+    (a0, a1), (b0, b1) = _RANGES[task]
+    return [(a, b) for a in range(a0, a1) for b in range(b0, b1)]
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(x):
+    """SplitMix64's finaliser: a fixed, well-spread 64-bit hash (Python ints or numpy uint64 arrays)."""
+    if isinstance(x, int):
+        x = (x + 0x9E3779B97F4A7C15) & _MASK64
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+        return x ^ (x >> 31)
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def _pair_key(task: str, a, b):
+    return (TASKS.index(task) + 1) * 1_000_000 + a * 1000 + b
 
 
 def is_heldout(task: str, a: int, b: int) -> bool:
     """True if (a, b) belongs to the evaluation split: a hash of the operands, not of a seed."""
-    h = int.from_bytes(hashlib.sha256(f"{task}:{a}:{b}".encode()).digest()[:8], "big")
-    return h / 2**64 < EVAL_FRACTION[task]
+    _check_task(task)
+    return _mix64(_pair_key(task, a, b)) < int(EVAL_FRACTION[task] * 2**64)
 
 
 def prompt_of(task: str, a: int, b: int) -> str:
@@ -109,8 +132,20 @@ def true_answer(task: str, a: int, b: int) -> str:
 
 
 @cache
-def _pool(task: str, heldout: bool) -> list[tuple[int, int]]:
-    return [p for p in operand_pairs(task) if is_heldout(task, *p) == heldout]
+def _pool(task: str, heldout: bool) -> np.ndarray:
+    """The (a, b) pairs of one side of the split, as an int64 array [pairs, 2] in operand_pairs' order."""
+    (a0, a1), (b0, b1) = _RANGES[task]
+    a, b = np.meshgrid(np.arange(a0, a1, dtype=np.uint64), np.arange(b0, b1, dtype=np.uint64), indexing="ij")
+    a, b = a.ravel(), b.ravel()
+    hashes = _mix64(_pair_key(task, a, b))
+    chosen = (hashes < np.uint64(int(EVAL_FRACTION[task] * 2**64))) == heldout
+    return np.stack([a[chosen], b[chosen]], axis=1).astype(np.int64)
+
+
+def eval_pool_size(task: str) -> int:
+    """How many distinct held-out problems ``task`` has."""
+    _check_task(task)
+    return len(_pool(task, True))
 
 
 def make_problems(task: str, split: str, n: int, seed: int = 0) -> list[Problem]:
@@ -131,9 +166,10 @@ def make_problems(task: str, split: str, n: int, seed: int = 0) -> list[Problem]
     if heldout:
         if n > len(pool):
             raise ValueError(f"the {task} eval split has {len(pool)} problems, asked for {n}")
-        pairs = rng.sample(pool, n)
+        rows = rng.sample(range(len(pool)), n)
     else:
-        pairs = [pool[rng.randrange(len(pool))] for _ in range(n)]
+        rows = [rng.randrange(len(pool)) for _ in range(n)]
+    pairs = [(int(pool[i, 0]), int(pool[i, 1])) for i in rows]
     return [Problem(prompt_of(task, a, b), true_answer(task, a, b)) for a, b in pairs]
 
 
