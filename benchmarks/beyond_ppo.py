@@ -1,12 +1,13 @@
 """Benchmark: PPO, GRPO, RLOO and DPO side by side on the review model, and the reward–KL frontier.
 
-    python benchmarks/beyond_ppo.py [--seed N] [--algos ppo grpo rloo dpo] [--out-dir runs/beyond-ppo] [--reuse]
+    python benchmarks/beyond_ppo.py [--seeds S [S ...]] [--algos ppo grpo rloo dpo] [--runs-dir runs/beyond-ppo] [--reuse]
 
 Same pretrained model (from the cache), same prompts, same reward (VADER), same seed, each
 method with its defaults of ``python -m workbook rlhf --algo X`` on one torch thread. Prints a
 table (reward before/after, KL to the reference, distinct-2 before/after, wall time, samples per
 second), saves ``frontier.png`` (reward against KL along training, all methods on one plot)
-and, as its last line, one JSON object with one entry per method.
+and, as its last line, one JSON object with one entry per method (with several ``--seeds``, one
+table and ``frontier-s<S>.png`` per seed, and the JSON holds ``{"seeds": [...], "per_seed": {S: ...}}``).
 
 Goals (issue 11, 2-core CPU): GRPO and RLOO reach the PPO default's quality — VADER ≥ 0.6, KL ≤ 6
 nats, distinct-2 ≥ half of before — in no more wall time than PPO; DPO's held-out preference
@@ -77,28 +78,38 @@ def save_frontier(runs: dict[str, dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], metavar="S", help="one comparison per seed (default: 0)")
     p.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     p.add_argument("--impl", default="solutions", choices=("exercises", "solutions"))
-    p.add_argument("--out-dir", default="runs/beyond-ppo", help="one run folder per method below it, and frontier.png")
+    p.add_argument("--runs-dir", default="runs/beyond-ppo", help="one run folder per method and seed below it, and frontier.png")
     p.add_argument("--reuse", action="store_true",
-                   help="read the finished runs already in --out-dir instead of training them again (e.g. after "
+                   help="read the finished runs already in --runs-dir instead of training them again (e.g. after "
                         "running each method on its own with --algos X)")
     ns = p.parse_args(argv)
-    out = Path(ns.out_dir)
-    existing = [a for a in ns.algos if (out / f"{a}-s{ns.seed}").exists()]
+    if min(ns.seeds) < 0 or len(set(ns.seeds)) != len(ns.seeds):
+        p.error(f"--seeds: expected distinct seeds ≥ 0, got {ns.seeds}")
+    out = Path(ns.runs_dir)
+    existing = [f"{a}-s{seed}" for seed in ns.seeds for a in ns.algos if (out / f"{a}-s{seed}").exists()]
     if existing and not ns.reuse:
-        print(f"error: --out-dir: {out} already holds runs of {', '.join(existing)} (seed {ns.seed}); pick another "
-              "--out-dir, or pass --reuse to report them", file=sys.stderr)
+        print(f"error: --runs-dir: {out} already holds the runs {', '.join(existing)}; pick another "
+              "--runs-dir, or pass --reuse to report them", file=sys.stderr)
         sys.exit(2)
     torch.set_num_threads(1)
-    load_start = os.getloadavg()
     pretrained, tok = load_or_pretrain(PretrainArgs(), progress=True)
+    per_seed = {seed: compare(ns, seed, pretrained, tok, out, "frontier.png" if len(ns.seeds) == 1 else f"frontier-s{seed}.png")
+                for seed in ns.seeds}
+    result = per_seed[ns.seeds[0]] if len(ns.seeds) == 1 else {"seeds": ns.seeds, "per_seed": per_seed}
+    print(json.dumps(result), flush=True)
+    return result
 
+
+def compare(ns, seed: int, pretrained, tok, out: Path, frontier: str) -> dict:
+    """Every method of ``ns.algos`` on ``seed``: the table, the frontier figure; returns the JSON entry of each."""
+    load_start = os.getloadavg()
     runs = {}
     for algo in ns.algos:
         print(f"\n== {algo} ==", flush=True)
-        args = algo_args(algo, impl=ns.impl, seed=ns.seed, wandb="disabled", runs_dir=str(out), run_name=f"{algo}-s{ns.seed}",
+        args = algo_args(algo, impl=ns.impl, seed=seed, wandb="disabled", runs_dir=str(out), run_name=f"{algo}-s{seed}",
                          quiet=True)
         done = out / args.run_name / "summary.json"
         if ns.reuse and done.exists():
@@ -113,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{algo}: reward {b['reward']:+.3f} → {a['reward']:+.3f}, KL {a['kl']:.2f}, distinct-2 {b['distinct2']:.3f} → "
               f"{a['distinct2']:.3f}, {summary['ppo_wall_s']:.0f} s", flush=True)
     load_end = os.getloadavg()
-    save_frontier(runs, out / "frontier.png")
+    save_frontier(runs, out / frontier)
 
     print(f"\n| method | VADER reward before → after | KL to reference | distinct-2 before → after | wall time | samples/s | iterations |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -141,10 +152,9 @@ def main(argv: list[str] | None = None) -> dict:
     if "dpo" in runs:
         print("DPO samples/s counts sequences trained on (chosen + rejected); its wall time includes sampling a batch "
               "per iteration to draw the curves.")
-    print(f"\nfrontier: {out / 'frontier.png'}")
+    print(f"\nfrontier: {out / frontier}")
     print(f"load average (1 min) at start {load_start[0]:.2f}, at end {load_end[0]:.2f} on {os.cpu_count()} cores, 1 torch thread")
     result["loadavg"] = [round(load_start[0], 2), round(load_end[0], 2)]
-    print(json.dumps(result), flush=True)
     return result
 
 

@@ -33,9 +33,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach the hub
 
 import torch  # noqa: E402
 
-from workbook.hf.model import load_causal_lm, quiet_hub  # noqa: E402
+from workbook import distributed  # noqa: E402
+from workbook.hf.model import quiet_hub  # noqa: E402
 from workbook.hf.tiny import random_gpt2, train_review_tokenizer  # noqa: E402
 from workbook.lm.corpus import review_prompts  # noqa: E402
+from workbook.loop.backend import HuggingFace  # noqa: E402
 from workbook.rlhf.data import load_part3, rollout  # noqa: E402
 
 
@@ -70,7 +72,10 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         random_gpt2(tokenizer, seed=ns.seed, **sizes).save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        lm, tok = load_causal_lm(folder, device=device)
+        backend = HuggingFace(folder)  # the loop's --model backend: checked, then loaded as `--model PATH` would be
+        options = argparse.Namespace(model=folder, device=str(device))
+        backend.check(options)
+        lm, tok = backend.load(options, distributed.context())
     build_s = time.perf_counter() - t0
     n_params = sum(p.numel() for p in lm.parameters())
     print(f"{n_params / 1e6:.1f}M parameters on {device} (built, saved and loaded in {build_s:.1f}s)", flush=True)

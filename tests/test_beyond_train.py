@@ -66,4 +66,6 @@ def test_each_algorithm_has_its_defaults_unless_an_option_overrides_them():
         assert {k: getattr(args, k) for k in defaults} == defaults
     assert parse_args(["--algo", "grpo", "--kl-coef", "0.01"]).kl_coef == 0.01
     assert parse_args(["--algo", "rloo", "--iterations=7"]).iterations == 7
+    assert parse_args(["--algo", "grpo", "--set", "kl_coef=0.01"]).kl_coef == 0.01, "--set FIELD=VALUE wins too"
+    assert parse_args(["--algo", "grpo", "--no-progress"]).iterations == ALGO_DEFAULTS["grpo"]["iterations"]
     assert parse_args([]).kl_coef == Args().kl_coef, "PPO keeps Part 3's defaults"

@@ -310,3 +310,30 @@ def test_part5_algorithms_run_unchanged_on_the_adapter(loaded, algo, tmp_path):
     summary = train(args, model=lm, tok=tok, task=task)
     assert summary["iterations"] == 1 and summary["before"]["kl"] == pytest.approx(0.0, abs=1e-5)
     assert (tmp_path / algo / "policy" / "config.json").exists(), "the policy is saved in Hugging Face format"
+
+
+@pytest.mark.slow
+def test_several_seeds_write_a_run_each_and_their_mean_and_spread(saved, tmp_path, capsys):
+    prompts, runs = tmp_path / "prompts.txt", tmp_path / "runs"
+    prompts.write_text("\n".join(PROMPTS))
+    base = ["--impl", "solutions", "--model", str(saved), "--prompts", str(prompts), "--iterations", "2", "--batch-size", "8",
+            "--mini-batch-size", "4", "--ppo-epochs", "1", "--eval-samples", "8", "--max-new-tokens", "12", "--wandb", "disabled",
+            "--runs-dir", str(runs)]
+    assert main(base + ["--seeds", "0", "1", "--run-name", "multi", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "2/2" not in out, "--no-progress draws no bar"
+    assert main(base + ["--seeds", "1", "--run-name", "single"]) == 0
+    assert "2/2" in capsys.readouterr().out, "a progress bar over the iterations by default"
+
+    def metrics(name: str) -> list[dict]:
+        rows = [json.loads(line) for line in (runs / name / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+    assert metrics("multi-seed1") == metrics("single"), "the same seed gives the same numbers, alone or among others"
+    assert metrics("multi-seed0") != metrics("multi-seed1"), "different seeds give different runs"
+    summary = json.loads((runs / "multi-seeds" / "summary.json").read_text())
+    after = [json.loads((runs / f"multi-seed{s}" / "summary.json").read_text())["after"]["reward"] for s in (0, 1)]
+    assert summary["seeds"] == [0, 1] and summary["after"]["reward"]["per_seed"] == after
+    assert summary["after"]["reward"]["mean"] == pytest.approx(sum(after) / 2)
+    assert (runs / "multi-seeds" / "curves.png").stat().st_size > 0
+    assert main(base + ["--seeds", "0", "1", "--run-name", "multi"]) == 2, "existing runs are refused before anything runs"

@@ -121,6 +121,17 @@ def test_a_one_iteration_run_draws_no_empty_panel(tmp_path):
         assert drawn and drawn[0].get_marker() not in (None, "None", ""), "a single point is drawn as a marker"
 
 
+def test_a_fixed_beta_gets_no_panel():
+    from workbook.loop.task import ReviewTask
+    from workbook.loop.train import curve_panels, parse_args
+
+    def has_beta(argv):
+        return "objective/kl_coef" in dict(curve_panels(parse_args(argv), ReviewTask))
+
+    assert has_beta([]) and not has_beta(["--no-adaptive-kl"]) and not has_beta(["--kl-coef", "0"])
+    assert not any(has_beta(["--algo", algo]) for algo in ("grpo", "rloo", "dpo"))
+
+
 def test_the_title_names_the_settings_actually_used():
     from workbook.loop.train import curves_title, parse_args
 

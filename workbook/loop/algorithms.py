@@ -7,6 +7,7 @@ Each algorithm is defined here once, by an :class:`Algorithm` entry in :data:`AL
 - ``panels``: the statistics its curves show besides the task's (each algorithm names its
   own: GRPO has no KL target and no adaptive β to draw, DPO has a loss and a preference accuracy);
 - ``x_label`` and ``title``: the x-axis of its curves and the settings its title names;
+- ``check``: the settings it cannot run with (GRPO/RLOO: whole groups of two or more);
 - ``build``: the object the loop drives, with ``policy``, ``reference``, ``prompts(it)``
   (the :class:`~workbook.loop.task.Prompt` items to sample this iteration), ``step(rollout,
   scores, it)`` (one update; returns its stats) and ``summary()`` (extra end-of-run numbers).
@@ -67,6 +68,10 @@ class Algorithm:
     """args → the settings its curves' title names."""
     kl_target: Callable[[Any], float | None] = lambda args: None
     """args → the KL target drawn on the KL panel (PPO's adaptive controller), or None."""
+    hide: Callable[[Any], set[str]] = lambda args: set()
+    """args → the stats of ``panels`` not worth a panel with these settings (PPO's β when it is fixed)."""
+    check: Callable[[Any], None] = lambda args: None
+    """args → None, or ConfigError for a setting this algorithm cannot run with (before anything loads)."""
 
 
 # --- PPO (Part 3) -------------------------------------------------------------------------------
@@ -130,6 +135,14 @@ class Group:
 
     def summary(self) -> dict:
         return {}
+
+
+def check_groups(args) -> None:
+    """Whole groups of at least two samples (a baseline needs another sample)."""
+    from workbook.cli import require_at_least, require_divides
+
+    require_at_least("--group-size", args.group_size, 2)
+    require_divides("--group-size", args.group_size, "--batch-size", args.batch_size)
 
 
 # --- DPO (Part 5) -------------------------------------------------------------------------------
@@ -215,19 +228,20 @@ ALGORITHMS: dict[str, Algorithm] = {
         panels=(KL, ("objective/kl_coef", "β (KL coefficient)"), ENTROPY, LENGTH),
         x_label="PPO iteration",
         title=lambda a: f"β₀={a.kl_coef:g}" + (f", adaptive to KL {a.kl_target:g}" if a.adaptive_kl and a.kl_coef > 0 else ", fixed"),
-        kl_target=lambda a: a.kl_target if a.adaptive_kl and a.kl_coef > 0 else None),
+        kl_target=lambda a: a.kl_target if a.adaptive_kl and a.kl_coef > 0 else None,
+        hide=lambda a: set() if a.adaptive_kl and a.kl_coef > 0 else {"objective/kl_coef"}),
     "grpo": Algorithm(
         "grpo", "part5_beyond_ppo", Group,
         defaults={"iterations": 60, "kl_coef": 0.3, "ent_coef": 0.0, "loss_normalisation": "token"},
         panels=(KL, ("grpo/loss/policy", "policy loss"), ENTROPY, LENGTH, ("grpo/policy/clipfrac", "clipped fraction")),
-        x_label="GRPO iteration",
+        x_label="GRPO iteration", check=check_groups,
         title=lambda a: f"G={a.group_size}, β={a.kl_coef:g} (k3 in the loss), scale={a.grpo_scale}, "
                         f"loss per {a.loss_normalisation}"),
     "rloo": Algorithm(
         "rloo", "part5_beyond_ppo", Group,
         defaults={"iterations": 100, "kl_coef": 0.05, "ent_coef": 0.02, "loss_normalisation": "token"},
         panels=(KL, ("rloo/loss/policy", "policy loss"), ENTROPY, LENGTH, ("rloo/policy/clipfrac", "clipped fraction")),
-        x_label="RLOO iteration",
+        x_label="RLOO iteration", check=check_groups,
         title=lambda a: f"k={a.group_size}, β={a.kl_coef:g} (in the reward), loss per {a.loss_normalisation}"),
     "dpo": Algorithm(
         "dpo", "part5_beyond_ppo", DPO,
@@ -253,9 +267,8 @@ def given_options(argv: list[str]) -> set[str]:
     return {a.split("=", 1)[0].removeprefix("--").removeprefix("no-").replace("-", "_") for a in argv if a.startswith("--")}
 
 
-def apply_algo_defaults(args, argv: list[str]):
-    """``args`` with ``args.algo``'s defaults for every option that ``argv`` does not set."""
-    given = given_options(argv)
+def apply_algo_defaults(args, given: set[str]):
+    """``args`` with ``args.algo``'s defaults for every field not in ``given`` (the fields the command line sets)."""
     return dataclasses.replace(args, **{k: v for k, v in ALGO_DEFAULTS.get(args.algo, {}).items() if k not in given})
 
 

@@ -87,7 +87,7 @@ def check_model(spec: str) -> None:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ConfigError("--model", f"{spec!r} is a folder but holds no saved model (a save_pretrained folder has "
-                                         "a config.json; a trained run's model is in <run>/policy)")
+                                         "a config.json; a run trained with --model keeps its model in <run>/policy)")
     elif path.exists():
         raise ConfigError("--model", f"{spec!r} is a file; --model takes a save_pretrained folder or a hub name such as gpt2")
     elif spec.startswith(("/", ".", "~")) or not HUB_ID.fullmatch(spec):

@@ -23,11 +23,16 @@ def _pyplot():
 
 
 def _grid(plt, n: int):
-    cols = 3 if n > 4 else 2 if n > 1 else 1
+    """Rows of up to 4 panels, as few rows as fit (7 panels: 2 × 4, not 3 × 3 with a lonely one)."""
+    from matplotlib.ticker import MaxNLocator
+
+    cols = 1 if n == 1 else 2 if n in (2, 4) else 3 if n in (3, 5, 6, 9) else 4
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.2 * rows + 0.3), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.1 * rows + 0.3), sharex=True, squeeze=False)
     for ax in axes.flat[n:]:
         ax.remove()
+    for ax in axes.flat[:n]:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole numbers
     return fig, list(axes.flat[:n]), axes
 
 
@@ -65,6 +70,9 @@ def save_curves(history: list[dict], path: Path, title: str, panels, *, x_label:
         ax.set_ylabel(label, fontsize=9)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
+    if 0 < len(x) < 3:  # one or two points: whole-number ticks at the iterations, not a zoom onto 1.0 ± 0.05
+        axes[0].set_xlim(x[0] - 0.5, x[-1] + 0.5)
+        axes[0].set_xticks(x)
     for col in range(grid.shape[1]):  # the x label under the lowest panel of each column
         column = [ax for ax in grid[:, col] if ax in axes]
         if column:

@@ -54,7 +54,7 @@ from workbook.loop.algorithms import ALGORITHMS, given_options
 from workbook.loop.backend import TinyGPT, make_backend, save_policy
 from workbook.loop.curves import save_seed_curves
 from workbook.loop.task import Prompt
-from workbook.loop.train import Args, Run, train
+from workbook.loop.train import Args, Run, curve_panels, train
 from workbook.rlhf.data import Rollout
 from workbook.runs import ConfigError, check_new_run_dir, command, new_run_dir
 
@@ -404,7 +404,7 @@ def write_seed_summary(args: ReasonArgs, group: str, summaries: list[dict], hist
     out = new_run_dir(args.runs_dir, group, args.overwrite)
     task = make_task(args)
     save_seed_curves(histories, out / "curves.png", f"{group}  ({args.algo}, impl={args.impl}, task={task.name})",
-                     task.panels + ALGORITHMS[args.algo].panels, x_label=ALGORITHMS[args.algo].x_label)
+                     curve_panels(args, task), x_label=ALGORITHMS[args.algo].x_label)
     table = {when: {k: {"mean": float(np.mean([s[when][k] for s in summaries])),
                         "std": float(np.std([s[when][k] for s in summaries])),
                         "per_seed": [s[when][k] for s in summaries]} for k, _, _ in task.headline}

@@ -41,8 +41,8 @@ import numpy as np
 import torch
 
 from workbook import distributed
-from workbook.cli import (add_dataclass_arguments, dataclass_from_args, make_parser, require, require_at_least, require_choices,
-                          require_divides, require_in, require_positive)
+from workbook.cli import (add_dataclass_arguments, dataclass_from_args, make_parser, parse_overrides, require, require_at_least,
+                          require_choices, require_divides, require_in, require_positive)
 from workbook.loop.algorithms import ALGORITHMS, algo_defaults_help, apply_algo_defaults, given_options, make_algorithm
 from workbook.loop.backend import make_backend
 from workbook.loop.curves import save_curves, save_seed_curves
@@ -153,6 +153,8 @@ def parse_command(argv: list[str] | None) -> tuple[Args, list[int]]:
     parser.add_argument("--seeds", type=int, nargs="+", default=[Args.seed], metavar="S",
                         help=f"one run per seed, e.g. --seeds 0 1 2 (default: {Args.seed})")
     add_dataclass_arguments(parser, Args, skip=("seed",))
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="set any option by its field name, e.g. --set kl_coef=0.1 (repeatable; same as --kl-coef 0.1)")
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--seed" in argv or any(a.startswith("--seed=") for a in argv):
         raise ConfigError("--seed", "unknown option; use --seeds S [S ...] (one run per seed)")
@@ -160,9 +162,12 @@ def parse_command(argv: list[str] | None) -> tuple[Args, list[int]]:
         raise ConfigError("--run-dir", "unknown option; use --runs-dir DIR")
     namespace = parser.parse_args(argv)
     seeds = list(namespace.seeds)
-    args = dataclass_from_args(Args, namespace, seed=seeds[0])
-    given = given_options(argv)
-    return apply_preset(apply_algo_defaults(args, argv), given), seeds
+    overrides = parse_overrides(namespace.set, Args)
+    if "seed" in overrides:
+        raise ConfigError("--set", "seed is set with --seeds S [S ...]")
+    args = dataclass_from_args(Args, namespace, seed=seeds[0], **overrides)
+    given = given_options(argv) | set(overrides)
+    return apply_preset(apply_algo_defaults(args, given), given), seeds
 
 
 def parse_args(argv: list[str] | None) -> Args:
@@ -185,9 +190,7 @@ def validate(args: Args) -> None:
     require_in("--lam", args.lam, 0, 1)
     require_choices(args)
     require_positive("--dpo-beta", args.dpo_beta)
-    if args.algo in ("grpo", "rloo"):  # whole groups of at least two samples (a baseline needs another sample)
-        require_at_least("--group-size", args.group_size, 2)
-        require_divides("--group-size", args.group_size, "--batch-size", args.batch_size)
+    ALGORITHMS[args.algo].check(args)
     require(args.device == "cpu" or (args.device.split(":")[0] == "cuda" and torch.cuda.is_available()), "--device",
             f"{args.device!r}: expected cpu, or cuda (cuda:N) on a machine with a CUDA GPU")
     check_review_options(args)
@@ -311,7 +314,7 @@ class Run:
         if not self.dp.is_main:
             return {"run_dir": None, "iterations": len(self.history)}
         spec = ALGORITHMS[a.algo]
-        save_curves(self.history, self.out_dir / "curves.png", self.title(), self.task.panels + spec.panels,
+        save_curves(self.history, self.out_dir / "curves.png", self.title(), curve_panels(a, self.task),
                     x_label=spec.x_label, kl_target=spec.kl_target(a), reference_reward=self.before.get("reward"))
         saved = self.backend.save(self.policy, self.tok, self.out_dir, a)
         summary = {
@@ -336,6 +339,12 @@ def headline(task: Task, result: dict) -> str:
     return "  ".join(f"{title} {result[key]:{fmt}}" for key, title, fmt in task.headline if key in result)
 
 
+def curve_panels(args: Args, task: Task) -> tuple[tuple[str, str], ...]:
+    """The task's panels, then the algorithm's, less those its settings make meaningless (a fixed β)."""
+    spec = ALGORITHMS[args.algo]
+    return tuple(p for p in task.panels + spec.panels if p[0] not in spec.hide(args))
+
+
 def curves_title(args: Args, name: str) -> str:
     """The run, and the settings actually used (per algorithm: PPO's β₀ and target, DPO's β, GRPO's G and β, ...)."""
     return f"{name}  ({args.algo}, impl={args.impl}, reward={args.reward}, {ALGORITHMS[args.algo].title(args)})"
@@ -355,8 +364,8 @@ def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend
     for it in range(args.iterations):
         stats = run.iteration(it)
         if bar is not None:
+            bar.set_postfix({"reward": f"{stats['env/reward_mean']:+.3f}", "KL": f"{stats['objective/kl']:.2f}"}, refresh=False)
             bar.update(1)
-            bar.set_postfix(reward=f"{stats['env/reward_mean']:+.3f}", KL=f"{stats['objective/kl']:.2f}", refresh=False)
         if args.time_budget_s and run.dp.decide(run.train_s >= args.time_budget_s):
             break
     if bar is not None:
@@ -383,7 +392,7 @@ def write_seed_summary(args: Args, group: str, summaries: list[dict], histories:
     """``<runs_dir>/<group>/``: curves.png (mean and min–max over the seeds) and summary.json."""
     out = new_run_dir(args.runs_dir, group, args.overwrite)
     spec = ALGORITHMS[args.algo]
-    save_seed_curves(histories, out / "curves.png", curves_title(args, group), task.panels + spec.panels, x_label=spec.x_label)
+    save_seed_curves(histories, out / "curves.png", curves_title(args, group), curve_panels(args, task), x_label=spec.x_label)
     keys = [k for k, _, _ in task.headline]
     table = {when: {k: {"mean": float(np.mean([s[when][k] for s in summaries])),
                         "std": float(np.std([s[when][k] for s in summaries])),
@@ -431,12 +440,30 @@ def main(argv: list[str] | None = None) -> int:
     if not distributed.is_main():
         return 0
     task = ReviewTask  # the command's task: its headline and panels
-    for summary in summaries:
-        print_summary(summary, task)
+    if len(summaries) == 1:
+        print_summary(summaries[0], task)
+    else:
+        print_seeds(summaries, task)
     if group:
         out = write_seed_summary(args, group, summaries, histories, task)
         print(f"wrote {out}/ (curves.png: mean and min–max over seeds {', '.join(map(str, seeds))}; summary.json)")
     return 0
+
+
+def print_seeds(summaries: list[dict], task) -> None:
+    """One row per seed (before → after of each headline number), then the mean ± std over the seeds."""
+    width = 18
+    print(f"\n{'':<10}" + "".join(f"{title:>{width}}" for _, title, _ in task.headline))
+    for s in summaries:
+        print(f"{'seed ' + str(s['seed']):<10}" + "".join(
+            f"{format(s['before'][k], fmt) + ' → ' + format(s['after'][k], fmt):>{width}}" for k, _, fmt in task.headline))
+    cells = []
+    for k, _, fmt in task.headline:
+        after = np.array([s["after"][k] for s in summaries])
+        cells.append(f"{format(after.mean(), fmt)} ± {after.std():.2g}")
+    print(f"{'after':<10}" + "".join(f"{c:>{width}}" for c in cells) + "   (mean ± std over the seeds)")
+    for s in summaries:
+        print(f"wrote {s['run_dir']}/")
 
 
 def print_summary(summary: dict, task) -> None:
