@@ -38,6 +38,7 @@ import torch  # noqa: E402
 from workbook.cli import make_parser, parse_overrides, require, require_at_least  # noqa: E402
 from workbook.loop.reasoning import DEFAULT_ALGO, REASON_ALGOS, ReasonArgs, reason_args, train_reason, validate  # noqa: E402
 from workbook.reason import TASKS, load_or_pretrain_reasoner, make_problems, sample_pass_at_k  # noqa: E402
+from workbook.reason.task import eval_pool_size  # noqa: E402
 from workbook.runs import ConfigError, check_new_run_dir, command  # noqa: E402
 
 MAIN_TASK = "addition"
@@ -46,7 +47,7 @@ KEYS = ("pass1_before", "pass1_after", "pass16_before", "pass16_after", "format_
 
 def pass_curve(model, tok, task: str, impl, n_problems: int, n: int, seed: int) -> list[float]:
     """pass@k for k = 1 … n on ``n_problems`` held-out problems, ``n`` samples each."""
-    problems = make_problems(task, "eval", n_problems, seed=0)
+    problems = make_problems(task, "eval", min(n_problems, eval_pool_size(task)), seed=0)
     table = sample_pass_at_k(model, tok, problems, impl, n=n, ks=tuple(range(1, n + 1)), seed=seed)
     return [table["pass@k"][k] for k in range(1, n + 1)]
 
@@ -87,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, metavar="TASK", help="default: both")
     p.add_argument("--impl", default="solutions", choices=("exercises", "solutions"))
     p.add_argument("--iterations", type=int, default=0, help="iterations of every run (default: each algorithm's own)")
-    p.add_argument("--eval-samples", type=int, default=200, help="held-out problems of each evaluation (default 200)")
+    p.add_argument("--eval-samples", type=int, default=256,
+                   help="held-out problems of each evaluation (default 256, or all of a task's if it has fewer)")
     p.add_argument("--curve-n", type=int, default=64, help="samples per problem for the pass@k curve: k = 1 … this (default 64)")
     p.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE", help="set an option of every run (after the defaults)")
     p.add_argument("--runs-dir", default="runs/reasoning-bench", help="one run folder per (task, algorithm, seed) and passk.png")
@@ -105,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(ns.runs_dir)
 
     def run_args(task: str, algo: str, seed: int) -> ReasonArgs:
-        return reason_args(algo, **({"impl": ns.impl, "seed": seed, "task": task, "eval_samples": ns.eval_samples, "eval_k": 16,
+        return reason_args(algo, **({"impl": ns.impl, "seed": seed, "task": task, "eval_samples": min(ns.eval_samples, eval_pool_size(task)), "eval_k": 16,
                                      "wandb": "disabled", "runs_dir": str(out), "run_name": f"{task}-{algo}-s{seed}",
                                      "overwrite": ns.overwrite, "quiet": True, "device": ns.device} | overrides))
 

@@ -189,6 +189,10 @@ def test_each_algorithm_has_its_defaults_unless_an_option_overrides_them():
     assert parse_command(["--seeds", "3", "4"])[1] == [3, 4]
     assert parse_command(["--max-new-tokens", "40"])[0].overlong_cache == 10, "a short limit, a shorter ramp"
     assert parse_command(["--max-new-tokens", "40", "--overlong-cache", "30"])[0].overlong_cache == 30
+    from workbook.reason.task import eval_pool_size
+
+    assert parse_command(["--task", "multiplication"])[0].eval_samples == min(256, eval_pool_size("multiplication"))
+    assert parse_command(["--task", "addition"])[0].eval_samples == 256
 
 
 @pytest.mark.parametrize("argv,field", [
@@ -200,6 +204,7 @@ def test_each_algorithm_has_its_defaults_unless_an_option_overrides_them():
     (["--group-size", "1"], "--group-size"),
     (["--mini-batch-size", "100"], "--mini-batch-size"),
     (["--task", "multiplication", "--eval-samples", "300"], "--eval-samples"),
+    (["--eval-samples", "0"], "--eval-samples"),
     (["--format-reward", "1"], "--format-reward"),
     (["--overlong-cache", "65"], "--overlong-cache"),
     (["--cliprange", "1.5"], "--cliprange"),

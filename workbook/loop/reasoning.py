@@ -128,8 +128,8 @@ class ReasonArgs(Args):
     """With --model: a file of problems, one 'question<TAB>answer' a line (the last --eval-samples lines held out)."""
     format_reward: float = 0.1
     """Reward of a well-formed answer that is wrong (the verifier's; a right one gets 1, anything else 0)."""
-    eval_samples: int = 200
-    """Held-out problems for the before/after evaluation (the multiplication task has 206)."""
+    eval_samples: int = 256
+    """Held-out problems for the before/after evaluation (by default all of a task's if it has fewer: multiplication)."""
     eval_k: int = 16
     """Completions sampled per held-out problem: pass@1 and pass@k for k = this."""
     eps_high: float = 0.2
@@ -309,6 +309,10 @@ def parse_command(argv: list[str] | None) -> tuple[ReasonArgs, list[int]]:
     if args.model:
         defaults |= {k: v for k, v in HF_PRESET.items() if k not in given}
     args = dataclasses.replace(args, **(defaults | overrides))
+    if "eval_samples" not in given | set(overrides) and not args.prompts:
+        from workbook.reason.task import eval_pool_size
+
+        args = dataclasses.replace(args, eval_samples=min(args.eval_samples, eval_pool_size(args.task)))
     if "overlong_cache" not in given | set(overrides) and args.overlong_cache > args.max_new_tokens // 4:
         args = dataclasses.replace(args, overlong_cache=args.max_new_tokens // 4)  # a short limit, a shorter ramp
     return args, seeds
@@ -316,7 +320,7 @@ def parse_command(argv: list[str] | None) -> tuple[ReasonArgs, list[int]]:
 
 def validate(args: ReasonArgs) -> None:
     """Raise ConfigError for the first bad setting (before anything is loaded or written)."""
-    from workbook.reason.task import _pool
+    from workbook.reason.task import eval_pool_size
 
     require_choices(args)
     for name in ("iterations", "batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "eval_samples", "eval_k",
@@ -345,7 +349,7 @@ def validate(args: ReasonArgs) -> None:
         require(n > args.eval_samples, "--prompts",
                 f"{args.prompts} has {n} problems; --eval-samples {args.eval_samples} are held out and some must be left to train on")
     else:
-        pool = len(_pool(args.task, True))
+        pool = eval_pool_size(args.task)
         require(args.eval_samples <= pool, "--eval-samples", f"the {args.task} task has {pool} held-out problems, got {args.eval_samples}")
     make_backend(args).check(args)
 
