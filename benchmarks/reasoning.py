@@ -57,16 +57,20 @@ def save_passk(curves: dict[str, dict], path: Path, algo: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, axes = plt.subplots(1, len(curves), figsize=(5.2 * len(curves), 4.0), squeeze=False)
     for ax, (task, c) in zip(axes[0], curves.items()):
         k = np.arange(1, len(c["before"]) + 1)
         after = np.array(c["after"])
         ax.plot(k, c["before"], color="black", lw=1.8, label="base model")
-        ax.plot(k, after.mean(axis=0), color="tab:orange", lw=1.8, label=f"after {algo.upper()} (mean of {len(after)} seeds)")
+        seeds = f"mean of {len(after)} seeds" if len(after) > 1 else "one seed"
+        ax.plot(k, after.mean(axis=0), color="tab:orange", lw=1.8, label=f"after {algo.upper()} ({seeds})")
         if len(after) > 1:
             ax.fill_between(k, after.min(axis=0), after.max(axis=0), color="tab:orange", alpha=0.25, lw=0, label="min–max over seeds")
         ax.set_xscale("log", base=2)
+        ax.set_xticks([x for x in (1, 2, 4, 8, 16, 32, 64) if x <= len(k)])
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
         ax.set_xlabel("k (samples per problem)")
         ax.set_ylabel("pass@k on held-out problems")
         ax.set_title(f"{task}", fontsize=10)
