@@ -101,11 +101,14 @@ def require_unique_seeds(seeds: list[int]) -> None:
 # --- options from a dataclass ------------------------------------------------------------------
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstrings written under a dataclass's fields, by field name."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
-    return {stmt.target.id: " ".join(str(nxt.value.value).split())
-            for stmt, nxt in zip(body, body[1:])
-            if isinstance(stmt, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)}
+    """The docstrings written under a dataclass's fields, by field name (a subclass's own win over its bases')."""
+    docs: dict[str, str] = {}
+    for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
+        docs.update({stmt.target.id: " ".join(str(nxt.value.value).split())
+                     for stmt, nxt in zip(body, body[1:])
+                     if isinstance(stmt, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)})
+    return docs
 
 
 def field_types(cls: type) -> dict[str, Any]:

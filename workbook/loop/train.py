@@ -223,9 +223,12 @@ RESUME_MAY_CHANGE = frozenset({"iterations", "learning_rate", "time_budget_s", "
 """What a resumed run may change; every other option given with --resume must match the checkpoint."""
 
 
-def resume_args(args: Args, seeds: list[int], argv: list[str]) -> tuple[Args, dict]:
-    """(the resumed run's Args, its checkpoint): the checkpoint's settings, with only :data:`RESUME_MAY_CHANGE` changed."""
-    saved = load_run(args.resume, "--resume", ("rlhf",))
+def resume_args(args: Args, seeds: list[int], argv: list[str], *, command: str = "rlhf", args_class: type = Args,
+                check=validate) -> tuple[Args, dict]:
+    """(the resumed run's Args, its checkpoint): the checkpoint's settings, with only :data:`RESUME_MAY_CHANGE` changed.
+
+    ``command``, ``args_class`` and ``check``: the command whose run it is (``reason`` passes its own)."""
+    saved = load_run(args.resume, "--resume", (command,))
     given = given_options(argv) - {"set"}
     for i, token in enumerate(argv):  # --set FIELD=VALUE names a field too
         if token == "--set" and i + 1 < len(argv):
@@ -242,12 +245,12 @@ def resume_args(args: Args, seeds: list[int], argv: list[str]) -> tuple[Args, di
         if name in before and getattr(args, name, before[name]) != before[name]:
             raise ConfigError(f"--{name.replace('_', '-')}", f"{getattr(args, name)} conflicts with the checkpoint's "
                                                             f"{before[name]} ({may})")
-    fields = {f.name for f in dataclasses.fields(Args)}
+    fields = {f.name for f in dataclasses.fields(args_class)}
     run_dir = Path(args.resume)
     merged = ({k: v for k, v in before.items() if k in fields} | {k: getattr(args, k) for k in given & RESUME_MAY_CHANGE & fields}
               | {"resume": str(run_dir), "run_name": run_dir.name, "runs_dir": str(run_dir.parent), "overwrite": False})
-    resumed = Args(**merged)
-    validate(resumed)
+    resumed = args_class(**merged)
+    check(resumed)
     require(saved["iteration"] < resumed.iterations, "--resume",
             f"{run_dir} has done {saved['iteration']} of its {resumed.iterations} iterations: nothing left to train "
             f"(--iterations N trains it longer; python -m workbook evaluate {run_dir} evaluates it)")
@@ -269,7 +272,7 @@ class Run:
 
     def __init__(self, args: Args, *, model=None, tok=None, task: Task | None = None, backend=None, pretrain_args=None,
                  resume: dict | None = None):
-        validate(args)
+        self.validate(args)
         self.args, self.name = args, run_name(args)
         # Under torchrun: rank-dependent prompts and sampling; only rank 0 prints and writes.
         self.dp = dp = distributed.init(args.impl)
@@ -330,7 +333,7 @@ class Run:
 
     def state(self, status: str) -> dict:
         """The checkpoint of the run as it is now (tensors copied)."""
-        return {"layout": LAYOUT, "command": "rlhf", "impl": self.args.impl, "config": asdict(self.args),
+        return {"layout": LAYOUT, "command": self.command, "impl": self.args.impl, "config": asdict(self.args),
                 "iteration": len(self.history), "algo": lm_algorithm_state(self.algo),
                 "generator": self.generator.get_state(), "rng": rng_state(), "history": list(self.history),
                 "train_s": self.train_s, "before": self.before, "wandb_id": self.wandb_id, "status": status,
@@ -339,6 +342,18 @@ class Run:
     def save_checkpoint(self, state: dict) -> None:
         if self.dp.is_main and state is not None:
             save(state, self.out_dir / CHECKPOINT)
+
+    rollout_chunk = 64
+    command = "rlhf"
+    """The command whose runs these are (checkpoints, summaries and the resume line name it)."""
+    """Prompts sampled together (a subclass may take more: the reason command's short answers, 256 at once)."""
+
+    def validate(self, args: Args) -> None:
+        """The command's checks (a command on another task, e.g. ``reason``, overrides them and :meth:`title`)."""
+        validate(args)
+
+    def title(self) -> str:
+        return curves_title(self.args, self.name)
 
     def evaluate(self) -> dict:
         a = self.args
@@ -351,7 +366,7 @@ class Run:
         t_it = time.perf_counter()
         prompts = self.algo.prompts(it)
         batch = rollout(self.policy.lm, self.tok, [p.text for p in prompts], max_new_tokens=a.max_new_tokens,
-                        temperature=a.temperature, generator=self.generator)
+                        temperature=a.temperature, generator=self.generator, chunk=self.rollout_chunk)
         scores = self.task.score(prompts, batch).to(self.device)
         t_gen = time.perf_counter() - t_it
         stats = self.algo.step(batch, scores, it)
@@ -398,14 +413,14 @@ class Run:
             self.save_checkpoint(good | {"status": status})
             done = good["iteration"]
         else:  # a NaN in a big model: the last periodic checkpoint (if any) is the last good one
-            done = (load_run(self.out_dir, "--resume", ("rlhf",))["iteration"]
+            done = (load_run(self.out_dir, "--resume", (self.command,))["iteration"]
                     if (self.out_dir / CHECKPOINT).exists() else self.start)
         spec = ALGORITHMS[a.algo]
         if self.history:
             save_curves(self.history, self.out_dir / "curves.png", curves_title(a, self.name) + f"  [{status}]",
                         self.task.panels + spec.panels, x_label=spec.x_label, kl_target=spec.kl_target(a),
                         reference_reward=self.before.get("reward"))
-        summary = {"run_dir": str(self.out_dir), "command": "rlhf", "status": status, "iterations": done,
+        summary = {"run_dir": str(self.out_dir), "command": self.command, "status": status, "iterations": done,
                    "config": asdict(a), "before": {k: v for k, v in self.before.items() if k not in ("texts", "scores")},
                    "ppo_wall_s": self.train_s, "algo": a.algo, "task": self.task.name, "seed": a.seed}
         write_json(summary, self.out_dir / "summary.json")
@@ -413,7 +428,7 @@ class Run:
             self.wandb.summary.update({"status": status})
             self.wandb.finish(exit_code=1)
         resume = f"{'torchrun --standalone --nproc_per_node=' + str(self.dp.world_size) if self.dp.enabled else 'python'} " \
-                 f"-m workbook rlhf --resume {self.out_dir}"
+                 f"-m workbook {self.command} --resume {self.out_dir}"
         if status == "interrupted":
             print(f"interrupted after iteration {done}; wrote {CHECKPOINT}, metrics.jsonl, samples.jsonl, curves.png; "
                   f"resume with: {resume}", flush=True)
@@ -437,7 +452,7 @@ class Run:
         if not self.dp.is_main:
             return {"run_dir": None, "iterations": len(self.history)}
         spec = ALGORITHMS[a.algo]
-        save_curves(self.history, self.out_dir / "curves.png", curves_title(a, self.name), curve_panels(a, self.task),
+        save_curves(self.history, self.out_dir / "curves.png", self.title(), curve_panels(a, self.task),
                     x_label=spec.x_label, kl_target=spec.kl_target(a), reference_reward=self.before.get("reward"))
         saved = self.backend.save(self.policy, self.tok, self.out_dir, a)
         summary = {
@@ -449,7 +464,7 @@ class Run:
             "scores_before": self.before["scores"][:8], "scores_after": after["scores"][:8], "algo": a.algo,
             "task": self.task.name, "seed": a.seed,
             **self.algo.summary(),
-            "command": "rlhf", "status": "finished", "config": asdict(a),
+            "command": self.command, "status": "finished", "config": asdict(a),
         }
         write_json(summary, self.out_dir / "summary.json")
         if self.wandb is not None:
@@ -479,8 +494,9 @@ MAY_BE_NAN = ("env/reward_std",)
 
 
 def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend=None, pretrain_args=None,
-          progress: bool | None = None, resume: dict | None = None) -> dict:
-    """Run the loop; returns the summary (before/after evaluation, wall times, paths; ``status``). See :class:`Run`.
+          progress: bool | None = None, resume: dict | None = None, run_class: type[Run] | None = None) -> dict:
+    """Run the loop; returns the summary (before/after evaluation, wall times, paths; ``status``). See :class:`Run`
+    (``run_class``: a subclass with another command's checks, e.g. ``reason``'s).
 
     Ctrl-C (SIGINT) or SIGTERM: the iteration in progress finishes, then the checkpoint, metrics,
     samples and curves are written and ``status`` is ``interrupted`` (a second signal drops the
@@ -489,7 +505,8 @@ def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend
     """
     with StopSignals(message="stopping after this iteration (press Ctrl-C again to stop now)"
                      if os.environ.get("RANK", "0") == "0" else None) as stop:  # torchrun: rank 0 speaks
-        run = Run(args, model=model, tok=tok, task=task, backend=backend, pretrain_args=pretrain_args, resume=resume)
+        run = (run_class or Run)(args, model=model, tok=tok, task=task, backend=backend, pretrain_args=pretrain_args,
+                                 resume=resume)
         show = (args.progress and not args.quiet) if progress is None else progress
         bar = None
         if show and run.dp.is_main:

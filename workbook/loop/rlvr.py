@@ -1,0 +1,251 @@
+"""Part 7's algorithms for the loop: dapo, dr_grpo, gspo and cispo (registered into ``ALGORITHMS``).
+
+    python -m workbook reason --impl solutions --algo dapo      # the reasoning task (workbook/loop/reasoning.py)
+
+They are GRPO-family methods: no critic, ``G`` samples per problem, the group's mean as the
+baseline. What differs is how the advantage is scaled, which samples count and how the
+per-token terms become one loss:
+
+==========  ====================  ================================================  ==================
+algorithm   advantage             policy loss                                       samples in the loss
+==========  ====================  ================================================  ==================
+grpo        (r − mean) / std      clipped ratio, ε = 0.2 both sides, 1/|o| per      all
+            (Part 5)              response, + β·k3 KL (Part 5's ``grpo_loss``)
+dr_grpo     r − mean              clipped ratio, ÷ (B · max_new_tokens), β = 0      all
+            (Part 5, Dr. GRPO)    (Part 5's trainer with ``scale="none"``,
+                                  ``normalisation="constant"``)
+dapo        (r − mean) / std      clip-higher (ε_low 0.2, ε_high 0.28), token       groups with a reward
+            on r + overlong       mean (``clip_higher_loss``), β = 0                spread; no truncated
+            penalty                                                                 completion
+gspo        (r − mean) / std      one length-normalised ratio per sequence,         all
+                                  clipped per sequence (``gspo_loss``)
+cispo       (r − mean) / std      −sg(clip(ratio)) · A · log π (``cispo_loss``)     all
+rloo        leave-one-out         Part 5 (KL in the reward)                         all
+==========  ====================  ================================================  ==================
+
+``dapo``, ``gspo`` and ``cispo`` run :class:`RLVRTrainer`, which calls the learner's Part 7
+functions (``--impl``: ``overlong_penalty``, ``groups_with_signal``, ``completion_mask`` and
+the three losses) together with their Part 3 and 5 (``batched_forward_pass``,
+``grpo_advantages``, ``kl_penalty``, ``masked_mean``). ``dr_grpo`` is Part 5's trainer with
+Dr. GRPO's two settings. Dynamic sampling here *drops* the groups without a signal from the
+update rather than sampling more problems to refill the batch (DAPO's paper refills): the
+update gets cheaper as more groups are solved, and the share kept is a curve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+from torch import Tensor, nn
+
+from workbook import distributed
+from workbook.loop.algorithms import ALGORITHMS, ENTROPY, KL, LENGTH, Algorithm, Group, load_part5
+from workbook.loop.task import Prompt, Task
+from workbook.rlhf.data import Rollout, load_part3
+
+LOSSES = ("clip_higher", "gspo", "cispo")
+
+
+def load_part7(impl: str) -> ModuleType:
+    """``exercises.part7_reasoning`` or ``solutions.part7_reasoning``."""
+    if impl not in ("exercises", "solutions"):
+        raise ValueError(f"--impl must be 'exercises' or 'solutions', got {impl!r}")
+    return importlib.import_module(f"{impl}.part7_reasoning")
+
+
+@dataclass
+class RLVRConfig:
+    """Hyper-parameters of one step of :class:`RLVRTrainer`."""
+
+    loss: str = "clip_higher"
+    """clip_higher (DAPO), gspo or cispo."""
+    group_size: int = 16
+    """Samples per problem; the batch is whole groups."""
+    learning_rate: float = 1e-4
+    """Adam learning rate."""
+    mini_batch_size: int = 256
+    """Samples per gradient step (of the samples kept)."""
+    epochs: int = 1
+    """Passes over each batch (1 with one minibatch: every step on fresh samples, ratio = 1)."""
+    eps_low: float = 0.2
+    """Lower clip: the ratio (or CISPO's weight) is kept ≥ 1 − eps_low."""
+    eps_high: float = 0.28
+    """Upper clip: the ratio (or weight) is kept ≤ 1 + eps_high."""
+    scale: str = "group"
+    """Advantage scaling of Part 5's grpo_advantages: group, batch or none."""
+    normalisation: str = "token"
+    """token or sequence (clip_higher and cispo; gspo is per sequence by definition)."""
+    beta: float = 0.0
+    """Weight of a k3 KL-to-reference term in the loss (0: none, as DAPO)."""
+    dynamic_sampling: bool = False
+    """Train only on groups whose rewards differ (DAPO)."""
+    overlong_cache: int = 0
+    """Soft overlong penalty over the last this many tokens before max_len (0: off)."""
+    mask_truncated: bool = False
+    """Keep completions cut off at max_len out of the loss (DAPO's overlong filtering)."""
+    max_len: int = 64
+    """The generation limit (max_new_tokens)."""
+    temperature: float = 1.0
+    """Sampling temperature; logits are divided by it in every forward pass."""
+    max_grad_norm: float | None = 1.0
+    """Clip the gradient's global norm to this (None: no clipping)."""
+    seed: int = 0
+    """Seeds the minibatch order."""
+
+
+class RLVRTrainer:
+    """One critic-free step with Part 7's data-side techniques and one of its policy losses."""
+
+    def __init__(self, config: RLVRConfig, model: nn.Module, ref_model: nn.Module, pad_id: int, eos_id: int, impl: str):
+        if config.loss not in LOSSES:
+            raise ValueError(f"unknown loss {config.loss!r}; expected one of {', '.join(LOSSES)}")
+        self.config, self.model, self.ref_model, self.pad_id, self.eos_id = config, model, ref_model, pad_id, eos_id
+        self.part3, self.part5, self.part7 = load_part3(impl), load_part5(impl), load_part7(impl)
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
+        self.generator = torch.Generator().manual_seed(config.seed)
+
+    def _forward(self, model: nn.Module, queries: list[Tensor], responses: list[Tensor], return_logits: bool = False):
+        return self.part3.batched_forward_pass(model, queries, responses, temperature=self.config.temperature,
+                                               pad_id=self.pad_id, return_logits=return_logits)
+
+    def _loss(self, logprobs: Tensor, old: Tensor, adv: Tensor, mask: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        cfg, p7 = self.config, self.part7
+        if cfg.loss == "gspo":
+            return p7.gspo_loss(logprobs, old, adv, mask, cfg.eps_low, cfg.eps_high)
+        fn = p7.clip_higher_loss if cfg.loss == "clip_higher" else p7.cispo_loss
+        return fn(logprobs, old, adv, mask, cfg.eps_low, cfg.eps_high, cfg.normalisation)
+
+    def step(self, queries: list[Tensor], responses: list[Tensor], scores: Tensor) -> dict[str, float]:
+        cfg, p3, p5, p7 = self.config, self.part3, self.part5, self.part7
+        batch = len(queries)
+        if len(responses) != batch or scores.shape[0] != batch:
+            raise ValueError(f"queries, responses and scores must have the same length, got {batch}, {len(responses)}, {scores.shape[0]}")
+        scores = scores.detach().float().cpu()
+        # The reward the advantages see: the verifier's score, plus DAPO's soft overlong penalty.
+        lengths = torch.tensor([len(r) for r in responses])
+        shaped = scores + p7.overlong_penalty(lengths, cfg.max_len, cfg.overlong_cache) if cfg.overlong_cache else scores
+        advantages = p5.grpo_advantages(shaped, cfg.group_size, cfg.scale)
+        # Dynamic sampling decides on the verifier's scores: a group whose answers are all right
+        # (or all wrong) teaches nothing, whatever their lengths.
+        signal = p7.groups_with_signal(scores, cfg.group_size)
+        keep = signal.repeat_interleave(cfg.group_size) if cfg.dynamic_sampling else torch.ones(batch, dtype=torch.bool)
+        loss_mask, truncated = p7.completion_mask([r.cpu() for r in responses], self.eos_id, cfg.mask_truncated)
+
+        self.model.eval()  # no dropout: the "old" log-probs must be the sampling policy's
+        with torch.no_grad():
+            old_logprobs, logits, _, masks = self._forward(self.model, queries, responses, return_logits=True)
+            ref_logprobs, _, _, _ = self._forward(self.ref_model, queries, responses)
+            entropy = p3.masked_mean(p3.entropy_from_logits(logits), masks)
+        loss_mask = loss_mask.to(old_logprobs.device)[:, :masks.shape[1]]
+        advantages = advantages.to(old_logprobs.device)
+
+        kept = keep.nonzero().flatten()
+        collected: dict[str, list[Tensor]] = {}
+        for _ in range(cfg.epochs if len(kept) else 0):
+            for pick in kept[torch.randperm(len(kept), generator=self.generator)].split(cfg.mini_batch_size):
+                rows = pick.tolist()
+                new_logprobs, _, _, mb_masks = self._forward(self.model, [queries[i] for i in rows], [responses[i] for i in rows])
+                width = mb_masks.shape[1]
+                idx = pick.to(old_logprobs.device)
+                mask = loss_mask[idx, :width]
+                loss, stats = self._loss(new_logprobs, old_logprobs[idx, :width], advantages[idx], mask)
+                stats = {**stats, "loss/policy": loss.detach()}
+                if cfg.beta > 0:  # k3 (unbiased, ≥ 0) per token, as a token mean over the loss's tokens
+                    kl = p3.kl_penalty(new_logprobs, ref_logprobs[idx, :width], "k3")
+                    kl_loss = p3.masked_mean(kl, mask) if mask.sum() > 0 else (kl * mask).sum()
+                    loss = loss + cfg.beta * kl_loss
+                    stats["loss/kl"] = kl_loss.detach()
+                self.optimizer.zero_grad()
+                loss.backward()
+                if cfg.max_grad_norm is not None:
+                    nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                for k, v in stats.items():
+                    collected.setdefault(k, []).append(v.detach().float())
+
+        out = {
+            "objective/kl": ((old_logprobs - ref_logprobs) * masks).sum(dim=1).mean().item(),
+            "objective/kl_coef": cfg.beta,
+            "objective/entropy": entropy.item(),
+            "tokens/responses_len_mean": masks.sum(dim=1).mean().item(),
+            "tokens/truncated_frac": truncated.float().mean().item(),
+            "rlvr/groups_kept": keep.float().mean().item(),
+            "rlvr/advantages_abs_mean": advantages.abs().mean().item(),
+            "rlvr/shaped_reward_mean": shaped.mean().item(),
+        }
+        for k in ("policy/clipfrac_low", "policy/clipfrac_high", "policy/ratio", "loss/policy"):
+            out[f"rlvr/{k}"] = torch.stack(collected[k]).mean().item() if k in collected else 0.0
+        if "loss/kl" in collected:
+            out["rlvr/loss/kl"] = torch.stack(collected["loss/kl"]).mean().item()
+        return out
+
+
+class RLVR:
+    """dapo, gspo or cispo in the loop: Part 5's policy without a critic, :class:`RLVRTrainer`."""
+
+    LOSS = {"dapo": "clip_higher", "gspo": "gspo", "cispo": "cispo"}
+
+    def __init__(self, args, model, tok, task: Task, seed: int):
+        part3, part5 = load_part3(args.impl), load_part5(args.impl)
+        self.args, self.part5, self.seed, self.task = args, part5, seed, task
+        self.policy = part5.LanguageModelPolicy(model)
+        self.reference = part3.create_reference_model(self.policy)
+        config = RLVRConfig(
+            loss=self.LOSS[args.algo], group_size=args.group_size, learning_rate=args.learning_rate,
+            mini_batch_size=args.mini_batch_size, epochs=args.ppo_epochs, eps_low=args.cliprange, eps_high=args.eps_high,
+            scale=args.grpo_scale, normalisation=args.loss_normalisation, beta=args.kl_coef,
+            dynamic_sampling=args.dynamic_sampling, overlong_cache=args.overlong_cache, mask_truncated=args.mask_truncated,
+            max_len=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+        self.trainer = distributed.lm_trainer(RLVRTrainer(config, self.policy, self.reference, tok.pad_id, tok.eos_id, args.impl))
+
+    def prompts(self, it: int) -> list[Prompt]:
+        distinct = self.task.batch(self.args.batch_size // self.args.group_size, self.seed, it)
+        _, index = self.part5.repeat_for_groups([p.text for p in distinct], self.args.group_size)
+        return [distinct[i] for i in index.tolist()]
+
+    def step(self, batch: Rollout, scores: Tensor, it: int) -> dict[str, float]:
+        return self.trainer.step(batch.queries, batch.responses, scores)
+
+    def summary(self) -> dict:
+        return {}
+
+
+def dr_grpo(args, model, tok, task: Task, seed: int) -> Group:
+    """Dr. GRPO: Part 5's GRPO trainer (its ``--grpo-scale none --loss-normalisation constant`` are defaults)."""
+    return Group(dataclasses.replace(args, algo="grpo"), model, tok, task, seed)
+
+
+CLIP_LOW = ("rlvr/policy/clipfrac_low", "clipped fraction, low (A < 0)")
+CLIP_HIGH = ("rlvr/policy/clipfrac_high", "clipped fraction, high (A > 0)")
+
+
+def _rlvr_title(args) -> str:
+    parts = [f"G={args.group_size}", f"ε={args.cliprange:g}/{args.eps_high:g}", f"β={args.kl_coef:g}",
+             f"scale={args.grpo_scale}", f"lr={args.learning_rate:g}"]
+    if args.algo != "gspo":
+        parts.append(f"loss per {args.loss_normalisation}")
+    if args.dynamic_sampling:
+        parts.append("dynamic sampling")
+    if args.overlong_cache:
+        parts.append(f"overlong ramp {args.overlong_cache}")
+    if args.mask_truncated:
+        parts.append("truncated masked")
+    return ", ".join(parts)
+
+
+PART7_ALGORITHMS: dict[str, Algorithm] = {
+    name: Algorithm(name, "part7_reasoning", RLVR, panels=(ENTROPY, LENGTH, CLIP_LOW, CLIP_HIGH, KL),
+                    x_label=f"{name.upper()} iteration", title=_rlvr_title)
+    for name in ("dapo", "gspo", "cispo")
+} | {
+    "dr_grpo": Algorithm(
+        "dr_grpo", "part5_beyond_ppo", dr_grpo,
+        panels=(ENTROPY, LENGTH, ("grpo/policy/clipfrac", "clipped fraction"), KL), x_label="Dr. GRPO iteration",
+        title=lambda a: f"G={a.group_size}, β={a.kl_coef:g}, scale={a.grpo_scale}, loss per {a.loss_normalisation}, "
+                        f"lr={a.learning_rate:g}"),
+}
+ALGORITHMS.update(PART7_ALGORITHMS)  # the loop builds every algorithm from this one table
