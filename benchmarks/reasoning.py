@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from workbook.cli import make_parser, parse_overrides, require, require_at_least  # noqa: E402
+from workbook.cli import add_seeds_option, make_parser, parse_overrides, require, require_at_least  # noqa: E402
 from workbook.loop.reasoning import DEFAULT_ALGO, REASON_ALGOS, ReasonArgs, reason_args, train_reason, validate  # noqa: E402
 from workbook.reason import TASKS, load_or_pretrain_reasoner, make_problems, sample_pass_at_k  # noqa: E402
 from workbook.reason.task import eval_pool_size  # noqa: E402
@@ -86,7 +86,7 @@ def save_passk(curves: dict[str, dict], path: Path, algo: str) -> None:
 @command
 def main(argv: list[str] | None = None) -> int:
     p = make_parser("python benchmarks/reasoning.py", __doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], metavar="S", help="one run per seed and algorithm (default: 0 1 2)")
+    add_seeds_option(p, [0, 1, 2], "one run per seed and algorithm")
     p.add_argument("--algos", nargs="+", default=list(REASON_ALGOS), choices=REASON_ALGOS, metavar="ALGO",
                    help=f"which algorithms (default: all: {' '.join(REASON_ALGOS)})")
     p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, metavar="TASK", help="default: both")
@@ -95,12 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-samples", type=int, default=256,
                    help="held-out problems of each evaluation (default 256, or all of a task's if it has fewer)")
     p.add_argument("--curve-n", type=int, default=64, help="samples per problem for the pass@k curve: k = 1 … this (default 64)")
-    p.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE", help="set an option of every run (after the defaults)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="set an option of every run (repeatable; after the defaults)")
     p.add_argument("--runs-dir", default="runs/reasoning-bench", help="one run folder per (task, algorithm, seed) and passk.png")
     p.add_argument("--overwrite", action="store_true", help="replace runs of the same names in --runs-dir")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--progress", action=__import__("argparse").BooleanOptionalAction, default=True,
-                   help="print one line per run (--no-progress: only the table and the JSON)")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="only the table and the JSON (default: also one line per run)")
     ns = p.parse_args(argv)
     require(len(set(ns.seeds)) == len(ns.seeds), "--seeds", f"repeated seed in {ns.seeds}")
     require(ns.iterations >= 0, "--iterations", f"must be ≥ 0 (0: each algorithm's own), got {ns.iterations}")

@@ -251,7 +251,7 @@ def test_impl_exercises_names_the_unfilled_part7_stub(tiny, tmp_path, capsys, mo
     monkeypatch.setattr(reasoning.Reasoner, "load", lambda self, args, dp: (copy.deepcopy(model), tok))
     argv = ["--impl", "exercises", "--iterations", "1", "--batch-size", "8", "--group-size", "4", "--mini-batch-size", "4",
             "--eval-samples", "2", "--eval-k", "2", "--max-new-tokens", "48", "--wandb", "disabled", "--runs-dir",
-            str(tmp_path), "--quiet"]
+            str(tmp_path), "--no-progress"]
     assert main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert err == (f"--impl exercises: {stub} in exercises/part7_reasoning.py is still a stub; fill it in "
@@ -270,7 +270,7 @@ def test_model_path_runs_a_hugging_face_causal_lm(tmp_path):
     problems.write_text("".join(f"{i} plus {i + 1}\t{2 * i + 1}\n" for i in range(12)))
     argv = ["--impl", "solutions", "--model", str(path), "--prompts", str(problems), "--iterations", "1", "--batch-size", "4",
             "--group-size", "2", "--mini-batch-size", "2", "--eval-samples", "2", "--eval-k", "2", "--max-new-tokens", "8",
-            "--wandb", "disabled", "--runs-dir", str(tmp_path / "runs"), "--run-name", "hf", "--quiet"]
+            "--wandb", "disabled", "--runs-dir", str(tmp_path / "runs"), "--run-name", "hf", "--no-progress"]
     assert main(argv) == 0
     out = tmp_path / "runs" / "hf"
     summary = json.loads((out / "summary.json").read_text())

@@ -47,7 +47,7 @@ import torch
 from torch import Tensor, nn
 
 from workbook import distributed
-from workbook.cli import (add_dataclass_arguments, dataclass_from_args, make_parser, parse_overrides, require,
+from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require,
                           require_at_least, require_choices, require_divides, require_in, require_positive)
 from workbook.loop import rlvr
 from workbook.loop.algorithms import ALGORITHMS, given_options
@@ -296,11 +296,13 @@ def algo_help() -> str:
 def parse_command(argv: list[str] | None) -> tuple[ReasonArgs, list[int]]:
     """(the options, the seeds): the algorithm's defaults for every option not given, then ``--set``."""
     parser = make_parser("python -m workbook reason", __doc__.split("\n\n")[0], epilog=algo_help())
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0], metavar="S",
-                        help="one run per seed, e.g. --seeds 0 1 2 (default: 0)")
-    parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
-                        help="set any option by its field name, e.g. --set eps_high=0.3 (after the defaults)")
-    add_dataclass_arguments(parser, ReasonArgs, skip=HIDDEN)
+    add_seeds_option(parser, [0], "one run per seed, e.g. --seeds 0 1 2")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="set any option by its field name, e.g. --set eps_high=0.3 (repeatable; after the defaults)")
+    # quiet is for scripts (the benchmark); the command line says --no-progress, as every command does.
+    add_dataclass_arguments(parser, ReasonArgs, skip=HIDDEN + ("quiet", "progress"))
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar over the iterations (e.g. in CI logs)")
     argv = list(sys.argv[1:] if argv is None else argv)
     for wrong, right in (("--seed", "--seeds S [S ...] (one run per seed)"), ("--run-dir", "--runs-dir DIR")):
         if wrong in argv or any(a.startswith(wrong + "=") for a in argv):
