@@ -298,3 +298,41 @@ def test_evaluate_video_without_moviepy_is_one_line_before_anything(tmp_path, ca
     captured = capsys.readouterr()
     assert captured.err.startswith("error: --video: needs moviepy") and len(captured.err.strip().splitlines()) == 1
     assert "greedy over" not in captured.out and files_of(run) == before
+
+
+def test_evaluate_reads_an_atari_run(tmp_path, capsys):
+    # Part 8 through the same command: its own sampled-action evaluation, same games and seed → same figure.
+    pytest.importorskip("ale_py")
+    from workbook.atari import train as atari
+
+    tiny = ["--set", "num_envs=2", "--set", "num_steps_per_rollout=8", "--set", "num_minibatches=2"]
+    assert atari.main(tiny + ["--total-timesteps", "16", "--eval-episodes", "1"] + common(tmp_path, "run")) in (0, 1)
+    run_dir = tmp_path / "run"
+    saved = torch.load(run_dir / "agent.pt", weights_only=False)
+    capsys.readouterr()
+    before = files_of(run_dir)
+    assert evaluate.main([str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    found = re.search(r"sampled actions over (\d+) episodes \(seed (\d+)\): return (-?[\d.]+)", out)
+    assert found and int(found.group(1)) == 1 and int(found.group(2)) == 10_001, out
+    assert found.group(3) == f"{np.mean(saved['eval_returns']):.1f}"
+    assert "reproduced" in out and files_of(run_dir) == before
+
+    # The figure is the saved network's: load_agent puts its weights in place of the freshly built ones.
+    _, _, trainer, _ = evaluate.load_agent(saved, None)
+    loaded = trainer.network.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in saved["network"].items())
+    torch.manual_seed(saved["args"]["seed"])  # the network as the trainer built it, before training
+    fresh = type(trainer.network)(trainer.envs.single_action_space.n, saved["args"]["frame_stack"]).state_dict()
+    assert not all(torch.equal(fresh[k], v) for k, v in saved["network"].items())
+    # Bad input: --greedy (Atari samples), a truncated agent.pt: one line, exit 2, nothing written.
+    assert evaluate.main([str(run_dir), "--greedy"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: --greedy: ") and "sampled actions" in err
+    data = (run_dir / "agent.pt").read_bytes()
+    (run_dir / "agent.pt").write_bytes(data[: len(data) // 2])
+    before = files_of(run_dir)
+    assert evaluate.main([str(run_dir), "--video"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: RUN_DIR: ") and "truncated" in err, err
+    assert files_of(run_dir) == before

@@ -3,6 +3,7 @@
     python -m workbook evaluate runs/cartpole-solutions-seed1-20260101-120000
     python -m workbook evaluate runs/hopper-solutions-seed1-... --episodes 100 --sample --seeds 7
     python -m workbook evaluate runs/invertedpendulum-... --video --wandb offline
+    python -m workbook evaluate runs/breakout-solutions-seed1-... --episodes 5 --seeds 1 2
 
 It reads the run's ``agent.pt`` (or, for a run that was interrupted, its ``checkpoint.pt``),
 rebuilds the agent from the arguments saved with it, and plays ``--episodes`` episodes side by
@@ -11,7 +12,9 @@ without those statistics a reloaded agent gets inputs on the wrong scale and act
 one. ``--greedy`` (the default) takes the most likely action (Part 4: the mean), ``--sample``
 draws from the policy as in training. With no ``--seeds`` and ``--episodes`` the evaluation is
 the one the training run ended with, so it prints the same figure (``--seeds 1 2 3``: one
-evaluation per seed). ``--video`` records one
+evaluation per seed). An ``atari`` run (Part 8) is evaluated as its training run was, whole
+games with sampled actions (workbook/atari/evaluate.py says why; it has no ``--greedy``).
+``--video`` records one
 episode as MP4 under ``RUN_DIR/video/`` (gymnasium's RecordVideo; needs moviepy and pygame) and
 with ``--wandb offline|online`` also logs it, with the figures, to a new wandb run in RUN_DIR.
 Nothing is written without ``--video`` or ``--wandb``.
@@ -34,19 +37,21 @@ from workbook.checkpoints import CHECKPOINT, load_run
 from workbook.cli import make_parser, require_at_least, require_unique_seeds, seed_value
 from workbook.runs import WANDB_MODES, ConfigError, check_can_create, command, start_wandb
 
-ENV_COMMANDS = ("cartpole", "continuous")
+TASKS = {  # command → where its Task is (what rebuilds, evaluates and films its agent)
+    "cartpole": "workbook.cartpole.train:CARTPOLE",
+    "continuous": "workbook.continuous.train:CONTINUOUS",
+    "atari": "workbook.atari.train:ATARI",
+}
+SAMPLED_ONLY = ("atari",)
+"""Commands whose agents are evaluated (in training too) with sampled actions only, by the Task's own evaluation."""
+ENV_COMMANDS = tuple(TASKS)
 LM_COMMANDS = ("rlhf",)
 
 
 def _task(name: str):
-    if name == "cartpole":
-        from workbook.cartpole.train import CARTPOLE
-
-        return CARTPOLE
-    os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering for --video
-    from workbook.continuous.train import CONTINUOUS
-
-    return CONTINUOUS
+    os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering for Part 4's --video
+    where, attribute = TASKS[name].split(":")
+    return getattr(importlib.import_module(where), attribute)
 
 
 def policy(task_name: str, module: Any, trainer: Any, sample: bool) -> Callable[[torch.Tensor], np.ndarray]:
@@ -75,14 +80,17 @@ def load_agent(state: dict, impl: str | None) -> tuple[Any, Any, Any, str]:
     except (TypeError, ValueError) as error:
         raise ConfigError("RUN_DIR", f"its saved settings do not fit {impl}/{task.part}.py ({error})") from None
     try:
-        trainer = module.ContinuousPPOTrainer(args) if task.name == "continuous" else module.PPOTrainer(args)
+        trainer = task.make_trainer(module, args)  # one process: the part's own trainer class
     except NotImplementedError:
         raise ConfigError("--impl", f"{impl}/{task.part}.py still has unfinished exercises (pytest "
                                     f"tests/test_{task.part}.py shows which); or pass --impl solutions") from None
     weights = state["trainer"] if "trainer" in state else state
     try:
-        trainer.actor.load_state_dict(weights["actor"])
-        trainer.critic.load_state_dict(weights["critic"])
+        if "network" in weights:  # Part 8's agent.pt: the one network that is both actor and critic
+            trainer.network.load_state_dict(weights["network"])
+        else:
+            trainer.actor.load_state_dict(weights["actor"])
+            trainer.critic.load_state_dict(weights["critic"])
         if "obs_normalizer" in weights:
             trainer.obs_normalizer.load_state_dict(weights["obs_normalizer"])
     except (KeyError, RuntimeError) as error:
@@ -96,13 +104,14 @@ def load_agent(state: dict, impl: str | None) -> tuple[Any, Any, Any, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser("python -m workbook evaluate", __doc__.split("\n\n")[0].split(": ", 1)[1])
     parser.add_argument("run_dir", metavar="RUN_DIR",
-                        help="a run folder written by `python -m workbook cartpole|continuous|rlhf`")
+                        help="a run folder written by `python -m workbook cartpole|continuous|atari|rlhf`")
     parser.add_argument("--episodes", type=int, default=None,
                         help="episodes to play, side by side; for an rlhf run, held-out prompts to answer "
                              "(default: as many as the run's final evaluation)")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--greedy", dest="sample", action="store_false", default=False,
-                      help="the most likely action, Part 4's mean action (default; what training evaluates)")
+    mode.add_argument("--greedy", dest="sample", action="store_false", default=None,
+                      help="the most likely action, Part 4's mean action (default; what training evaluates; "
+                           "not for atari runs, which sample)")
     mode.add_argument("--sample", dest="sample", action="store_true", help="actions sampled from the policy")
     parser.add_argument("--seeds", type=seed_value, nargs="+", default=None, metavar="S",
                         help="one evaluation per seed: the episodes' seed, or an rlhf run's sampling seed "
@@ -126,11 +135,17 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         raise ConfigError("RUN_DIR", f"{run_dir}'s checkpoint lacks {', '.join(missing)}: not one this workbook wrote")
     if state["command"] in LM_COMMANDS:
-        for flag, given in (("--video", options.video), ("--greedy", "--greedy" in argv)):
+        for flag, given in (("--video", options.video), ("--greedy", options.sample is False)):
             if given:
                 raise ConfigError(flag, f"{run_dir} is a language-model run: it is evaluated by sampling responses "
                                         "to held-out prompts (no video, no greedy mode)")
         return evaluate_lm(run_dir, state, options)
+    if state["command"] in SAMPLED_ONLY:
+        if options.sample is False:
+            raise ConfigError("--greedy", f"{run_dir} is an {state['command']} run: it is evaluated with sampled "
+                                          "actions, as in training (workbook/atari/evaluate.py says why)")
+        options.sample = True
+    options.sample = bool(options.sample)
     if options.video:  # as the training commands: a missing package is an error before anything runs
         import importlib.util
 
@@ -150,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from workbook.cartpole.evaluate import evaluate_greedy
 
-    act = policy(task.name, module, trainer, options.sample)
+    own = task.name in SAMPLED_ONLY  # the Task's own evaluation (no lengths), else played here
+    act = None if own else policy(task.name, module, trainer, options.sample)
     what = "sampled actions" if options.sample else "greedy"
     source = ("agent.pt" if "trainer" not in state else
               f"{CHECKPOINT} of update {state['trainer']['phase']} (the run did not finish)")
@@ -159,26 +175,34 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         torch.manual_seed(seed)  # --sample draws from torch's generator
         lengths: list[int] = []
-        returns = evaluate_greedy(trainer.actor, args.env_id, episodes, seed, act=act, lengths=lengths)
+        if own:
+            returns = task.evaluate(module, trainer, episodes, seed)
+        else:
+            returns = evaluate_greedy(trainer.actor, args.env_id, episodes, seed, act=act, lengths=lengths)
         lengths_arr = np.array(lengths, dtype=float)
         print(f"{what} over {episodes} episodes (seed {seed}): return {returns.mean():.1f} ± {returns.std():.1f} "
-              f"(min {returns.min():.1f}, max {returns.max():.1f}), length {lengths_arr.mean():.1f} ± "
-              f"{lengths_arr.std():.1f}", flush=True)
-        if saved_returns and not options.sample and episodes == len(saved_returns) and seed == state.get("eval_seed"):
+              f"(min {returns.min():.1f}, max {returns.max():.1f})"
+              + (f", length {lengths_arr.mean():.1f} ± {lengths_arr.std():.1f}" if lengths else ""), flush=True)
+        as_trained = own or not options.sample  # the way the training run's final evaluation picked actions
+        if saved_returns and as_trained and episodes == len(saved_returns) and seed == state.get("eval_seed"):
             same = np.allclose(returns, saved_returns)
             print(f"the training run's final evaluation (same episodes): {np.mean(saved_returns):.1f} — "
                   + ("reproduced" if same else "DIFFERENT (was the agent rebuilt with other code? see --impl)"))
-        records.append({"eval/seed": seed, "eval/mean_return": float(returns.mean()),
-                        "eval/std_return": float(returns.std()), "eval/mean_length": float(lengths_arr.mean())})
+        records.append({"eval/seed": seed, "eval/mean_return": float(returns.mean()), "eval/std_return":
+                        float(returns.std())} | ({"eval/mean_length": float(lengths_arr.mean())} if lengths else {}))
 
     video = None
     if options.video:  # one episode, with the first seed
         from workbook.cartpole.train import record_video
 
-        one = lambda obs: act(obs[None])[0]  # noqa: E731 (RecordVideo steps one environment)
-        act_one = (lambda obs: int(one(obs))) if task.name == "cartpole" else one
-        video = record_video(trainer.actor, args.env_id, run_dir / "video" / f"evaluate-{time.strftime('%Y%m%d-%H%M%S')}",
-                             seeds[0], act_one, name_prefix="sampled" if options.sample else "greedy")
+        folder = run_dir / "video" / f"evaluate-{time.strftime('%Y%m%d-%H%M%S')}"
+        if task.video is not None:  # a task that films its own way (Atari: a whole game, in colour)
+            video = task.video(module, trainer, folder, seeds[0])
+        else:
+            one = lambda obs: act(obs[None])[0]  # noqa: E731 (RecordVideo steps one environment)
+            act_one = (lambda obs: int(one(obs))) if task.name == "cartpole" else one
+            video = record_video(trainer.actor, args.env_id, folder, seeds[0], act_one,
+                                 name_prefix="sampled" if options.sample else "greedy")
         if video is not None:
             print(f"video: {video}")
     if options.wandb != "disabled":
