@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import random
 import sys
 import time
@@ -54,10 +53,9 @@ from workbook.loop.algorithms import ALGORITHMS, given_options
 from workbook.loop.backend import TinyGPT, make_backend, save_policy
 from workbook.loop.curves import save_seed_curves
 from workbook.loop.task import Prompt
-from workbook.checkpoints import INTERRUPTED, NON_FINITE, Abandoned
-from workbook.loop.train import Args, Run, curve_panels, resume_args, train
+from workbook.loop.train import Args, Run, curve_panels, prepare_runs, train, train_runs
 from workbook.rlhf.data import Rollout
-from workbook.runs import ConfigError, check_new_run_dir, command, new_run_dir
+from workbook.runs import ConfigError, command, new_run_dir
 
 REASON_ALGOS = ("grpo", "dapo", "dr_grpo", "gspo", "cispo", "rloo", "ppo")
 DEFAULT_ALGO = "dapo"
@@ -446,47 +444,12 @@ def print_summary(summary: dict, headline) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args, seeds = parse_command(argv)
-    saved = None
-    if args.resume:
-        args, saved = resume_args(args, seeds, argv, command="reason", args_class=ReasonArgs, check=validate)
-        seeds = [args.seed]
-    require(len(set(seeds)) == len(seeds), "--seeds", f"repeated seed in {seeds}")
-    for seed in seeds:
-        validate(dataclasses.replace(args, seed=seed))
-    runs, group = ([args], None) if saved else seed_runs(args, seeds)
-    if os.environ.get("RANK", "0") == "0" and not saved:  # under torchrun, rank 0 alone checks
-        for run in runs:
-            check_new_run_dir(run.runs_dir, run.run_name, run.overwrite)
-        if group:
-            check_new_run_dir(args.runs_dir, group, args.overwrite)
-    summaries, histories = [], {}
-    try:
-        for run_args in runs:
-            if len(runs) > 1 and not args.quiet and distributed.is_main():
-                print(f"== seed {run_args.seed}: {Path(run_args.runs_dir) / run_args.run_name} ==", flush=True)
-            try:
-                summary = train_reason(run_args, resume=saved)
-            except Abandoned:  # a second Ctrl-C before the first iteration finished
-                print("reason: stopped before the first iteration finished; nothing to save", flush=True)
-                return INTERRUPTED
-            if summary.get("status") in ("interrupted", "non-finite"):
-                return INTERRUPTED if summary["status"] == "interrupted" else NON_FINITE
-            summaries.append(summary)
-            if summary["run_dir"]:
-                histories[run_args.seed] = [json.loads(line) for line in
-                                            (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
-    except distributed.Unfinished as error:
-        print(error, file=sys.stderr)
-        return 2
-    except NotImplementedError:
-        import traceback
-
-        where = [(f"exercises/{Path(frame.f_code.co_filename).name}", getattr(frame.f_code, "co_qualname", frame.f_code.co_name))
-                 for frame, _ in traceback.walk_tb(sys.exc_info()[2]) if "exercises" in frame.f_code.co_filename]
-        file, name = where[-1] if where else ("exercises/part7_reasoning.py", "an exercise")
-        print(f"--impl {args.impl}: {name} in {file} is still a stub; fill it in "
-              f"(pytest tests/test_{Path(file).stem}.py shows which are done) or use --impl solutions", file=sys.stderr)
-        return 1
+    runs, group, saved = prepare_runs(args, seeds, argv, command="reason", args_class=ReasonArgs, check=validate,
+                                      split_seeds=seed_runs)
+    code, summaries, histories = train_runs(runs, saved, train_reason, command="reason",
+                                            stub_file="exercises/part7_reasoning.py")
+    if code is not None:
+        return code
     if not distributed.is_main():
         return 0
     headline = make_task(args).headline

@@ -575,51 +575,71 @@ def write_seed_summary(args: Args, group: str, summaries: list[dict], histories:
     return out
 
 
-@command
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args, seeds = parse_command(argv)
+def prepare_runs(args: Args, seeds: list[int], argv: list[str], *, command: str = "rlhf", args_class: type = Args,
+                 check=validate, split_seeds=None) -> tuple[list[Args], str | None, dict | None]:
+    """(one Args per run, the seeds' folder or None, the checkpoint to resume or None), every setting checked
+    and no run folder in the way, before anything is loaded or written (``reason`` passes its own)."""
     saved = None
     if args.resume:
-        args, saved = resume_args(args, seeds, argv)
+        args, saved = resume_args(args, seeds, argv, command=command, args_class=args_class, check=check)
         seeds = [args.seed]
     require(len(set(seeds)) == len(seeds), "--seeds", f"repeated seed in {seeds}")
     for seed in seeds:
-        validate(dataclasses.replace(args, seed=seed))
-    runs, group = ([args], None) if saved else seed_runs(args, seeds)
+        check(dataclasses.replace(args, seed=seed))
+    runs, group = ([args], None) if saved else (split_seeds or seed_runs)(args, seeds)
     if os.environ.get("RANK", "0") == "0" and not saved:  # under torchrun, rank 0 alone checks
         for run in runs:
             check_new_run_dir(run.runs_dir, run.run_name, run.overwrite)
         if group:
             check_new_run_dir(args.runs_dir, group, args.overwrite)
+    return runs, group, saved
+
+
+def train_runs(runs: list[Args], saved: dict | None, train_one, *, command: str = "rlhf",
+               stub_file: str) -> tuple[int | None, list[dict], dict[int, list[dict]]]:
+    """Train each run with ``train_one(args, resume=)``: (exit status or None when all finished, summaries, histories).
+
+    Ctrl-C, a NaN, a failing rank and an unfilled stub of the learner's each end here in one line."""
     summaries, histories = [], {}
     try:
         for run_args in runs:
-            if len(runs) > 1 and not args.quiet and distributed.is_main():
+            if len(runs) > 1 and not run_args.quiet and distributed.is_main():
                 print(f"== seed {run_args.seed}: {Path(run_args.runs_dir) / run_args.run_name} ==", flush=True)
             try:
-                summary = train(run_args, resume=saved)
+                summary = train_one(run_args, resume=saved)
             except Abandoned:  # a second Ctrl-C before the first iteration finished
-                print("rlhf: stopped before the first iteration finished; nothing to save", flush=True)
-                return INTERRUPTED
+                print(f"{command}: stopped before the first iteration finished; nothing to save", flush=True)
+                return INTERRUPTED, summaries, histories
             if summary.get("status") in ("interrupted", "non-finite"):
-                return INTERRUPTED if summary["status"] == "interrupted" else NON_FINITE
+                return (INTERRUPTED if summary["status"] == "interrupted" else NON_FINITE), summaries, histories
             summaries.append(summary)
             if summary["run_dir"]:
                 histories[run_args.seed] = [json.loads(line) for line in
                                             (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
     except distributed.Unfinished as error:
         print(error, file=sys.stderr)
-        return 2
+        return 2, summaries, histories
     except NotImplementedError:
         import traceback
 
         where = [(f"exercises/{Path(frame.f_code.co_filename).name}", getattr(frame.f_code, "co_qualname", frame.f_code.co_name))
                  for frame, _ in traceback.walk_tb(sys.exc_info()[2]) if "exercises" in frame.f_code.co_filename]
-        file, name = where[-1] if where else (f"exercises/{ALGORITHMS[args.algo].part}.py", "an exercise")
-        print(f"--impl {args.impl}: {name} in {file} is still a stub; fill it in "
+        file, name = where[-1] if where else (stub_file, "an exercise")
+        impl = runs[0].impl
+        print(f"--impl {impl}: {name} in {file} is still a stub; fill it in "
               f"(pytest tests/test_{Path(file).stem}.py shows which are done) or use --impl solutions", file=sys.stderr)
-        return 1
+        return 1, summaries, histories
+    return None, summaries, histories
+
+
+@command
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, seeds = parse_command(argv)
+    runs, group, saved = prepare_runs(args, seeds, argv)
+    code, summaries, histories = train_runs(runs, saved, train, stub_file=f"exercises/{ALGORITHMS[args.algo].part}.py")
+    if code is not None:
+        return code
     if not distributed.is_main():
         return 0
     task = ReviewTask  # the command's task: its headline and panels
