@@ -417,8 +417,8 @@ class Run:
                     if (self.out_dir / CHECKPOINT).exists() else self.start)
         spec = ALGORITHMS[a.algo]
         if self.history:
-            save_curves(self.history, self.out_dir / "curves.png", curves_title(a, self.name) + f"  [{status}]",
-                        self.task.panels + spec.panels, x_label=spec.x_label, kl_target=spec.kl_target(a),
+            save_curves(self.history, self.out_dir / "curves.png", self.title() + f"  [{status}]",
+                        curve_panels(a, self.task), x_label=spec.x_label, kl_target=spec.kl_target(a),
                         reference_reward=self.before.get("reward"))
         summary = {"run_dir": str(self.out_dir), "command": self.command, "status": status, "iterations": done,
                    "config": asdict(a), "before": {k: v for k, v in self.before.items() if k not in ("texts", "scores")},
