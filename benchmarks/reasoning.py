@@ -52,6 +52,15 @@ def pass_curve(model, tok, task: str, impl, n_problems: int, n: int, seed: int) 
     return [table["pass@k"][k] for k in range(1, n + 1)]
 
 
+def seconds_to(metrics: Path, accuracy: float) -> float | None:
+    """Training seconds until the batch's pass@1 (``env/accuracy``) first reached ``accuracy``; None if never."""
+    for line in metrics.read_text().splitlines():
+        row = json.loads(line)
+        if row["env/accuracy"] >= accuracy:
+            return row["time/ppo_s"]
+    return None
+
+
 def save_passk(curves: dict[str, dict], path: Path, algo: str) -> None:
     import matplotlib
 
@@ -143,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                 b, a = summary["before"], summary["after"]
                 row = {"pass1_before": b["pass@1"], "pass1_after": a["pass@1"], "pass16_before": b["pass@16"],
                        "pass16_after": a["pass@16"], "format_valid_after": a["format_valid"], "train_wall_s": summary["ppo_wall_s"],
-                       "length_after": a["length"], "samples_per_s": args.batch_size * summary["iterations"] / summary["ppo_wall_s"]}
+                       "length_after": a["length"], "samples_per_s": args.batch_size * summary["iterations"] / summary["ppo_wall_s"],
+                       "s_to_095": seconds_to(Path(summary["run_dir"]) / "metrics.jsonl", 0.95)}
                 results.setdefault(task, {}).setdefault(algo, []).append(row)
                 say(f"{task:<15} {algo:<8} seed {seed}: pass@1 {row['pass1_before']:.3f} → {row['pass1_after']:.3f}, pass@16 "
                     f"{row['pass16_before']:.3f} → {row['pass16_after']:.3f}, well-formed {row['format_valid_after']:.3f}, "
@@ -159,16 +169,22 @@ def main(argv: list[str] | None = None) -> int:
     def med(rows: list[dict], key: str) -> float:
         return float(np.median([r[key] for r in rows]))
 
+    def time_to(rows: list[dict]) -> str:
+        """The median seconds to a batch pass@1 of 0.95 over the seeds that got there, and how many did."""
+        got = [r["s_to_095"] for r in rows if r["s_to_095"] is not None]
+        return f"{np.median(got):.0f} s ({len(got)}/{len(rows)} seeds)" if got else f"never (0/{len(rows)})"
+
     table: dict[str, dict] = {}
     for task, by_algo in results.items():
         print(f"\n{task} (medians over seeds {', '.join(map(str, ns.seeds))})")
-        print("| method | pass@1 before → after | pass@16 before → after | well-formed | length | train wall time | samples/s |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("| method | pass@1 before → after | pass@16 before → after | well-formed | length | train wall time | samples/s "
+              "| batch pass@1 ≥ 0.95 after |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         table[task] = {"algorithms": {}}
         for algo, rows in by_algo.items():
             print(f"| {algo} | {med(rows, 'pass1_before'):.3f} → {med(rows, 'pass1_after'):.3f} | {med(rows, 'pass16_before'):.3f} → "
                   f"{med(rows, 'pass16_after'):.3f} | {med(rows, 'format_valid_after'):.3f} | {med(rows, 'length_after'):.1f} | "
-                  f"{med(rows, 'train_wall_s'):.1f} s | {med(rows, 'samples_per_s'):.0f} |")
+                  f"{med(rows, 'train_wall_s'):.1f} s | {med(rows, 'samples_per_s'):.0f} | {time_to(rows)} |")
             table[task]["algorithms"][algo] = {k: round(med(rows, k), 4) for k in KEYS}
     if any(c["after"] for c in curves.values()):
         save_passk({t: c for t, c in curves.items() if c["after"]}, out / "passk.png", DEFAULT_ALGO)
