@@ -310,3 +310,26 @@ def test_the_task_scores_with_the_verifier_and_counts_groups_with_a_signal(fmt):
     stats = task.batch_stats(batch, scores)
     assert stats["env/accuracy"] == 0.25 and stats["env/format_valid"] == 0.75 and stats["env/groups_with_signal"] == 0.5
     assert "env/groups_with_signal" not in reasoning.ReasoningTask("solutions", group_size=1).batch_stats(batch, scores)
+
+
+def test_evaluate_reproduces_a_reason_runs_final_pass_at_k(tiny, tmp_path, capsys):
+    import argparse
+
+    import torch
+
+    from workbook import evaluate
+    from workbook.checkpoints import CHECKPOINT
+
+    model, tok = tiny
+    summary = train_reason(tiny_args(tmp_path, "dapo", run_name="run"), model=copy.deepcopy(model), tok=tok, progress=False)
+    state = torch.load(tmp_path / "run" / CHECKPOINT, weights_only=False)
+    assert state["command"] == "reason"
+    capsys.readouterr()
+    options = argparse.Namespace(impl=None, episodes=None, seeds=None)
+    assert evaluate.evaluate_lm(tmp_path / "run", state, options, model=copy.deepcopy(model), tok=tok) == 0
+    out = capsys.readouterr().out
+    assert f"pass@1 {summary['after']['pass@1']:.3f}" in out and "— reproduced" in out
+    options = argparse.Namespace(impl=None, episodes=3, seeds=[5])
+    assert evaluate.evaluate_lm(tmp_path / "run", state, options, model=copy.deepcopy(model), tok=tok) == 0
+    out = capsys.readouterr().out
+    assert "3 held-out prompts (seed 5" in out and "reproduced" not in out

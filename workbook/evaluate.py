@@ -45,7 +45,7 @@ TASKS = {  # command → where its Task is (what rebuilds, evaluates and films i
 SAMPLED_ONLY = ("atari",)
 """Commands whose agents are evaluated (in training too) with sampled actions only, by the Task's own evaluation."""
 ENV_COMMANDS = tuple(TASKS)
-LM_COMMANDS = ("rlhf",)
+LM_COMMANDS = ("rlhf", "reason")
 
 
 def _task(name: str):
@@ -104,9 +104,9 @@ def load_agent(state: dict, impl: str | None) -> tuple[Any, Any, Any, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser("python -m workbook evaluate", __doc__.split("\n\n")[0].split(": ", 1)[1])
     parser.add_argument("run_dir", metavar="RUN_DIR",
-                        help="a run folder written by `python -m workbook cartpole|continuous|atari|rlhf`")
+                        help="a run folder written by `python -m workbook cartpole|continuous|atari|rlhf|reason`")
     parser.add_argument("--episodes", type=int, default=None,
-                        help="episodes to play, side by side; for an rlhf run, held-out prompts to answer "
+                        help="episodes to play, side by side; for an rlhf or reason run, held-out prompts to answer "
                              "(default: as many as the run's final evaluation)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--greedy", dest="sample", action="store_false", default=None,
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                            "not for atari runs, which sample)")
     mode.add_argument("--sample", dest="sample", action="store_true", help="actions sampled from the policy")
     parser.add_argument("--seeds", type=seed_value, nargs="+", default=None, metavar="S",
-                        help="one evaluation per seed: the episodes' seed, or an rlhf run's sampling seed "
+                        help="one evaluation per seed: the episodes' seed, or an rlhf or reason run's sampling seed "
                              "(default: the run's own evaluation seed, which reproduces its figure)")
     parser.add_argument("--impl", choices=("exercises", "solutions"), default=None,
                         help="whose code rebuilds the agent (default: the one the run was trained with)")
@@ -221,33 +221,42 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def evaluate_lm(run_dir: Path, state: dict, options: Any, *, model: Any = None, tok: Any = None) -> int:
-    """An rlhf run (any ``--algo``): its policy answers held-out prompts; print the task's summary and the samples.
+    """An rlhf or reason run (any ``--algo``): its policy answers held-out prompts; print the task's summary and samples.
 
     The policy's weights come from ``checkpoint.pt``; the reference (and the tokenizer) are the
     model the run started from, loaded as the run loaded it (``model``/``tok`` replace that, in tests).
-    With the run's ``eval_samples`` prompts and seed, the figures are the training run's "after".
+    With the run's ``eval_samples`` prompts and seed, the figures are the training run's "after"
+    (a reason run: pass@1 and pass@k on its held-out problems).
     """
     import json
 
     from workbook import distributed
     from workbook.loop.algorithms import make_algorithm
     from workbook.loop.backend import make_backend
-    from workbook.loop.task import review_task
     from workbook.loop.train import Args, headline
 
+    reason = state["command"] == "reason"
+    if reason:
+        from workbook.loop.reasoning import Reasoner, ReasonArgs as Args, make_task  # noqa: N817 (one name, two commands)
     fields = {f.name for f in dataclasses.fields(Args)}
     impl = options.impl or state["impl"]
     args = Args(**{k: v for k, v in state["config"].items() if k in fields} | {"impl": impl, "quiet": True})
     torch.set_num_threads(args.threads)
     if model is None:
-        backend = make_backend(args)
+        backend = Reasoner(args.task) if reason and not args.model else make_backend(args)
         backend.check(args)
         model, tok = backend.load(args, distributed.context())
-    task = review_task(args, tok)
+    parts = "Parts 3/5/7" if reason else "Parts 3/5"
     try:
+        if reason:
+            task = make_task(args)
+        else:
+            from workbook.loop.task import review_task
+
+            task = review_task(args, tok)
         algo = make_algorithm(args, model, tok, task)
     except NotImplementedError:
-        raise ConfigError("--impl", f"{impl}'s Parts 3/5 still have unfinished exercises; or pass --impl solutions") from None
+        raise ConfigError("--impl", f"{impl}'s {parts} still have unfinished exercises; or pass --impl solutions") from None
     algo.policy.load_state_dict(state["algo"]["policy"])
     device = torch.device(args.device)
     policy, reference = algo.policy.to(device), algo.reference.to(device)
@@ -259,8 +268,11 @@ def evaluate_lm(run_dir: Path, state: dict, options: Any, *, model: Any = None, 
     print(f"{args.algo} policy from {run_dir}/{CHECKPOINT} ({impl}, iteration {state['iteration']} of {args.iterations}"
           f"{', ' + state['status'] if state['status'] != 'finished' else ''})")
     for seed in options.seeds or [args.seed + 777]:  # the run's own evaluation seed by default
-        result = task.evaluate(policy, reference, tok, task.eval_prompts(n), temperature=args.temperature,
-                               max_new_tokens=args.max_new_tokens, seed=seed)
+        try:  # a reason run scores with the learner's answer_reward and pass_at_k
+            result = task.evaluate(policy, reference, tok, task.eval_prompts(n), temperature=args.temperature,
+                                   max_new_tokens=args.max_new_tokens, seed=seed)
+        except NotImplementedError:
+            raise ConfigError("--impl", f"{impl}'s {parts} still have unfinished exercises; or pass --impl solutions") from None
         print(f"{n} held-out prompts (seed {seed}, temperature {args.temperature:g}): " + headline(task, result),
               flush=True)
         for text, score in zip(result["texts"], result["scores"]):
