@@ -65,3 +65,24 @@ def test_a_several_seed_run_writes_the_seeds_figure_and_never_overwrites_it(comm
     before = figure.read_bytes()
     assert main(argv) == 2
     assert "s-seeds.png already exists" in capsys.readouterr().err and figure.read_bytes() == before
+
+
+def legend_texts(monkeypatch, draw) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    kept = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: kept.append(fig))  # keep the figure to read its legend
+    draw()
+    return [t.get_text() for t in kept[-1].axes[0].get_legend().get_texts()]
+
+
+def test_the_step_where_the_greedy_check_passed_is_marked(tmp_path, monkeypatch):
+    # A run that stops when solved ends with sampled-action returns under the solved line: the
+    # figure must show where the (greedy) check passed, per seed and for one run.
+    runs = {1: ([(100, 10.0), (200, 40.0)], []), 2: ([(150, 20.0)], [])}
+    texts = legend_texts(monkeypatch, lambda: plot_seeds(runs, tmp_path / "s.png", "t", 475, solved_at={1: 200, 2: None}))
+    assert "greedy check passed (1 of 2 seeds)" in texts
+    texts = legend_texts(monkeypatch, lambda: plot_seeds(runs, tmp_path / "s.png", "t", 475))
+    assert not any("greedy check" in t for t in texts)
+    texts = legend_texts(monkeypatch, lambda: plot_learning_curve(runs[1][0], tmp_path / "p.png", "t", 475, solved_at=200))
+    assert "greedy check passed (step 200)" in texts

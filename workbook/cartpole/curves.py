@@ -64,9 +64,19 @@ def _figure(with_sigma: bool):
     return plt, fig, ax, ax_sigma
 
 
+CHECK_LABEL = "greedy check passed"
+"""The solved criterion is the greedy evaluation, not these curves: the training returns use sampled
+actions (and, for a run that stops when solved, the last 20 episodes include earlier, worse ones), so
+they can end well under the solved line. A marker shows where the check passed."""
+
+
 def plot_learning_curve(episodes: Episodes, path: Path, title: str, solved_return: float,
-                        ylim: tuple[float, float] | None = None, sigma: Sigma | None = None) -> None:
-    """One run: every episode's return (dots), the mean of the last 20 (line), the solved line; σ below if given."""
+                        ylim: tuple[float, float] | None = None, sigma: Sigma | None = None,
+                        solved_at: int | None = None) -> None:
+    """One run: every episode's return (dots), the mean of the last 20 (line), the solved line; σ below if given.
+
+    ``solved_at``: the step at which the greedy solve check passed (a dotted vertical line).
+    """
     plt, fig, ax, ax_sigma = _figure(bool(sigma))
     if episodes:
         steps, returns = np.array(episodes).T
@@ -74,8 +84,10 @@ def plot_learning_curve(episodes: Episodes, path: Path, title: str, solved_retur
         window = min(20, len(returns))
         smooth = np.convolve(returns, np.ones(window) / window, mode="valid")
         ax.plot(steps[window - 1:], smooth, color="C1", label=f"mean of last {window}")
-    ax.axhline(solved_return, color="grey", linestyle="--", linewidth=1, label=f"solved ({solved_return:g})")
-    ax.set(ylabel="return", title=title, ylim=ylim)
+    ax.axhline(solved_return, color="grey", linestyle="--", linewidth=1, label=f"solved ({solved_return:g}, greedy)")
+    if solved_at is not None:
+        ax.axvline(solved_at, color="C3", linestyle=":", linewidth=1.2, label=f"{CHECK_LABEL} (step {solved_at})")
+    ax.set(ylabel="training return (sampled actions)", title=title, ylim=ylim)
     if ax_sigma is None:
         ax.set_xlabel("environment steps")
     else:
@@ -89,8 +101,12 @@ def plot_learning_curve(episodes: Episodes, path: Path, title: str, solved_retur
 
 
 def plot_seeds(runs: dict[int, tuple[Episodes, Sigma]], path: Path, title: str, solved_return: float,
-               ylim: tuple[float, float] | None = None, points: int = 200) -> None:
-    """Several seeds: each seed's smoothed return (thin), their mean (thick), and the min–max band; σ likewise."""
+               ylim: tuple[float, float] | None = None, points: int = 200,
+               solved_at: dict[int, int | None] | None = None) -> None:
+    """Several seeds: each seed's smoothed return (thin), their mean (thick), and the min–max band; σ likewise.
+
+    ``solved_at``: per seed, the step at which its greedy solve check passed (a marker on its curve), or None.
+    """
     last = max([e[-1][0] for e, _ in runs.values() if e] + [s[-1][0] for _, s in runs.values() if s] + [1])
     grid = np.linspace(0, last, points)
     with_sigma = any(s for _, s in runs.values())
@@ -108,9 +124,15 @@ def plot_seeds(runs: dict[int, tuple[Episodes, Sigma]], path: Path, title: str, 
         axis.fill_between(grid, low, high, color=color, alpha=0.2, linewidth=0,
                           label=f"lowest–highest of {len(runs)} seeds")
         axis.plot(grid, mean, color=color, linewidth=2, label=f"mean of {len(runs)} seeds")
-    ax.axhline(solved_return, color="grey", linestyle="--", linewidth=1, label=f"solved ({solved_return:g})")
+    ax.axhline(solved_return, color="grey", linestyle="--", linewidth=1, label=f"solved ({solved_return:g}, greedy)")
+    marks = [(step, float(smoothed_at(runs[seed][0], np.array([step]))[0]))
+             for seed, step in (solved_at or {}).items() if step is not None and seed in runs]
+    if marks:
+        xs, ys = zip(*marks)
+        ax.scatter(xs, np.nan_to_num(ys, nan=0.0), marker="*", s=90, color="C3", zorder=5,
+                   label=f"{CHECK_LABEL} ({len(marks)} of {len(runs)} seeds)")
     seeds = " ".join(map(str, runs))
-    ax.set(ylabel="return (mean of last 20 episodes)", title=f"{title}, seeds {seeds}", ylim=ylim)
+    ax.set(ylabel="training return, sampled actions\n(mean of last 20 episodes)", title=f"{title}, seeds {seeds}", ylim=ylim)
     if ax_sigma is None:
         ax.set_xlabel("environment steps")
     else:

@@ -446,7 +446,7 @@ def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, e
     label = task.eval_label.replace("evaluation", "eval")
     plot_learning_curve(episodes, run_dir / "learning_curve.png",
                         f"PPO on {args.env_id} ({options.impl}, seed {seed}): {label} {returns.mean():.0f}",
-                        solved_return, task.ylim, sigma)
+                        solved_return, task.ylim, sigma, solved_at=outcome["solved_at"])
     video = None
     if options.video and task.video is not None:
         video = task.video(module, trainer, run_dir / "video", seed)
@@ -464,7 +464,7 @@ def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, e
           + (", wandb/" if run is not None else "") + (", video/" if video is not None else ""), flush=True)
     return {"seed": seed, "solved": solved, "status": status, "mean_return": float(returns.mean()),
             "train_seconds": train_seconds, "run_dir": str(run_dir), "episodes": episodes, "sigma": sigma,
-            "solved_return": solved_return}
+            "solved_return": solved_return, "solved_at": outcome["solved_at"]}
 
 
 CARTPOLE = Task(
@@ -580,7 +580,8 @@ def run_command(argv: list[str] | None, task: Task) -> int:
             print(f"{r['seed']:>4}  {str(r['solved']):>6}  {r.get('mean_return', float('nan')):>11.1f}  "
                   f"{r.get('train_seconds', float('nan')):>7.1f}")
         plot_seeds({r["seed"]: (r["episodes"], r["sigma"]) for r in results if "episodes" in r}, seeds_plot,
-                   f"PPO on {all_args[0].env_id} ({impl})", task.solved_return(all_args[0].env_id), task.ylim)
+                   f"PPO on {all_args[0].env_id} ({impl})", task.solved_return(all_args[0].env_id), task.ylim,
+                   solved_at={r["seed"]: r.get("solved_at") for r in results if "episodes" in r})
         print(f"wrote {seeds_plot} (every seed, their mean and spread)")
     if any(r["status"] == "non-finite" for r in results):
         return NON_FINITE
