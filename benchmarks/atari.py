@@ -2,6 +2,7 @@
 
     python benchmarks/atari.py                                   # Breakout, seeds 1 2 3, 900 s each, ours and CleanRL's
     python benchmarks/atari.py --budget-s 60 --seeds 1           # a quick end-to-end check
+    python benchmarks/atari.py --concurrent                      # both sides of each seed at once, one core each
     python benchmarks/atari.py --which ours --env ALE/Pong-v5 --set learning_rate=5e-4
 
 For each seed, each contender trains for the same wall-clock budget (``--budget-s``, counted from
@@ -79,7 +80,8 @@ def run_ours(module, env_id: str, overrides: dict, seed: int, budget_s: float, p
             "return_last20": float(np.mean(recent)) if recent else None}
 
 
-def run_cleanrl(env_id: str, overrides: dict, seed: int, budget_s: float, total_timesteps: int) -> dict:
+def start_cleanrl(env_id: str, overrides: dict, seed: int, budget_s: float, total_timesteps: int) -> subprocess.Popen:
+    """CleanRL's ppo_atari.py for one seed, started in a subprocess (:func:`cleanrl_result` waits for it)."""
     command_line = [sys.executable, str(ROOT / "benchmarks" / "cleanrl" / "run_ppo.py"), "--script", "ppo_atari.py",
                     "--env-id", env_id, "--seed", str(seed), "--cuda", "false", "--budget-s", str(budget_s),
                     "--total-timesteps", str(total_timesteps)]
@@ -88,10 +90,15 @@ def run_cleanrl(env_id: str, overrides: dict, seed: int, budget_s: float, total_
     for ours, theirs in CLEANRL_FIELDS.items():
         if ours in overrides:
             command_line += [f"--{theirs}", str(overrides[ours])]
-    done = subprocess.run(command_line, capture_output=True, text=True, cwd=ROOT, env=os.environ | {"PYTHONPATH": ""})
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"CleanRL's ppo_atari.py failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+    return subprocess.Popen(command_line, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=os.environ | {"PYTHONPATH": ""})
+
+
+def cleanrl_result(process: subprocess.Popen, seed: int) -> dict:
+    stdout, stderr = process.communicate()
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if process.returncode != 0 or not lines:
+        raise RuntimeError(f"CleanRL's ppo_atari.py failed (exit {process.returncode}): {stderr.strip()[-2000:]}")
     result = json.loads(lines[-1])
     return {"seed": seed, **result, "sps": result["env_steps"] / result["wall_s"]}
 
@@ -113,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--total-timesteps", type=int, default=10_000_000,
                         help="the horizon the learning rate decays over, both sides (default: CleanRL's 10M)")
     parser.add_argument("--which", choices=("both", "ours", "cleanrl"), default="both")
+    parser.add_argument("--concurrent", action="store_true",
+                        help="run the two sides of a seed at the same time, one process (one core) each: half the "
+                             "wall time on a 2-core machine with nothing else running (each side is single-threaded anyway)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override an AtariPPOArgs field (passed to CleanRL too where it has the setting)")
     parser.add_argument("--impl", choices=("solutions", "exercises"), default="solutions")
@@ -143,19 +153,29 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{options.env}, {options.budget_s:g} s per run, seeds {options.seeds}: {shown}", flush=True)
     results: dict[str, list[dict]] = {"ours": [], "cleanrl": []}
     for seed in options.seeds:
+        cleanrl = None
+        if options.which in ("both", "cleanrl") and options.concurrent:
+            cleanrl = start_cleanrl(options.env, overrides, seed, options.budget_s, options.total_timesteps)
         if options.which in ("both", "ours"):
-            r = run_ours(module, options.env, overrides, seed, options.budget_s, not options.no_progress)
+            try:
+                r = run_ours(module, options.env, overrides, seed, options.budget_s, not options.no_progress)
+            except BaseException:  # Ctrl-C or a failure: CleanRL's side must not run on alone
+                if cleanrl is not None:
+                    cleanrl.kill()
+                raise
             results["ours"].append(r)
             print(f"ours    seed {seed}: last 20 games {r['return_last20']}, {r['env_steps']} steps, "
                   f"{r['sps']:.0f} steps/s, {r['episodes']} games", flush=True)
         if options.which in ("both", "cleanrl"):
-            r = run_cleanrl(options.env, overrides, seed, options.budget_s, options.total_timesteps)
+            if cleanrl is None:
+                cleanrl = start_cleanrl(options.env, overrides, seed, options.budget_s, options.total_timesteps)
+            r = cleanrl_result(cleanrl, seed)
             results["cleanrl"].append(r)
             print(f"cleanrl seed {seed}: last 20 games {r['return_last20']}, {r['env_steps']} steps, "
                   f"{r['sps']:.0f} steps/s, {r['episodes']} games", flush=True)
     random = random_return(options.env)
     goal = 5 * random if random is not None and random > 0 else None
-    summary = {"env": options.env, "budget_s": options.budget_s, "seeds": options.seeds,
+    summary = {"env": options.env, "budget_s": options.budget_s, "seeds": options.seeds, "concurrent": options.concurrent,
                "total_timesteps": options.total_timesteps, "overrides": overrides, "random_return": random,
                "goal_return_last20": goal}
     summary |= {name: summarise(rs) for name, rs in results.items() if rs}
