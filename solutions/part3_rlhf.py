@@ -364,6 +364,7 @@ def compute_advantages(
       bootstrapped into the last real token.
     - Whiten over the mask only (``masked_whiten``), not over the padding.
     - γ·λ in the recursion, γ alone in δ.
+    - ``gamma`` or ``lam`` outside [0, 1] is a ``ValueError`` (0 and 1 themselves are fine).
     """
     if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
         raise ValueError(f"gamma and lam must lie in [0, 1], got gamma={gamma}, lam={lam}")
@@ -576,6 +577,8 @@ def batched_forward_pass(
       before the token), not at the token's own position.
     - Zero the padding in every output, so stats and losses can't pick it up.
     - Don't wrap this in ``torch.no_grad()``: the PPO update calls it for gradients too.
+    - ``ValueError`` for no rows, different numbers of queries and responses, an empty query or
+      response, or ``temperature <= 0``.
     """
     if len(queries) != len(responses) or not queries:
         raise ValueError(f"need as many queries as responses (at least one), got {len(queries)} and {len(responses)}")
@@ -650,6 +653,8 @@ class RewardModel(nn.Module):
         Traps:
         - The last column is padding for every row but the longest (right padding).
         - ``attention_mask.sum(1) − 1`` is the last real index only for right padding.
+        - A row may hold a single real token (then position 0 under right padding); a row
+          with none (``attention_mask`` all 0) is a ``ValueError``.
         - A mean over all positions mixes in padding and judges half-written text.
         """
         _, hidden = self.lm(input_ids, attention_mask, return_hidden=True)
@@ -766,6 +771,7 @@ class PPOTrainer:
         - ``.eval()``: with dropout on, the "old" log-probs are noisy and the ratio is not 1
           even before the first update.
         - Forgetting ``self.kl_ctl.update``: β never adapts.
+        - ``ValueError`` unless ``queries``, ``responses`` and ``scores`` have the same length.
         """
         cfg = self.config
         batch = len(queries)

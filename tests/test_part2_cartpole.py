@@ -44,17 +44,19 @@ def flat_parameters(net: nn.Module) -> torch.Tensor:
 # --- get_actor_and_critic ------------------------------------------------------------------
 
 @pytest.mark.exercise("get_actor_and_critic")
-@pytest.mark.parametrize("num_obs,num_actions,hidden_size", [(4, 2, 64), (3, 5, 32)])
+@pytest.mark.parametrize("num_obs,num_actions,hidden_size", [(4, 2, 64), (3, 5, 32), (5, 3, None)])
 def test_networks_have_the_right_layers_and_initialisation(impl, ref, num_obs, num_actions, hidden_size):
+    # hidden_size None: the argument left out (the default, 64).
     def run(fn):
         torch.manual_seed(0)
-        actor, critic = fn(num_obs, num_actions, hidden_size)
+        actor, critic = fn(num_obs, num_actions) if hidden_size is None else fn(num_obs, num_actions, hidden_size)
         shared = {id(p) for p in actor.parameters()} & {id(p) for p in critic.parameters()}
         return {"actor": describe_network(actor), "critic": describe_network(critic),
                 "actor and critic share parameters": bool(shared)}
 
     check_exercise(impl, ref, "get_actor_and_critic", run, rtol=1e-4, atol=1e-6,
-                   call=f"get_actor_and_critic({num_obs}, {num_actions}, hidden_size={hidden_size})")
+                   call=f"get_actor_and_critic({num_obs}, {num_actions}"
+                        + (") — the default hidden_size=64" if hidden_size is None else f", hidden_size={hidden_size})"))
 
 
 @pytest.mark.exercise("get_actor_and_critic")

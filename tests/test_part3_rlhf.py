@@ -76,6 +76,19 @@ def tiny_lm(seed: int = 0, dropout: float = 0.0) -> GPT:
     return lm.eval()
 
 
+def expect_value_error(call: str, fn) -> None:
+    """``fn()`` must raise ValueError; a result or another exception is the learner's to fix."""
+    try:
+        fn()
+    except NotImplementedError:
+        raise
+    except ValueError:
+        return
+    except Exception as e:  # noqa: BLE001 - any other exception is the wrong answer under test
+        raise WrongAnswer(explain(call, f"expected a ValueError, got {type(e).__name__}: {e}")) from None
+    raise WrongAnswer(explain(call, "expected a ValueError, got a result"))
+
+
 def token_rows(seed: int, n: int, low: int, high: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(low, high + 1, (n,), generator=g)
@@ -403,6 +416,25 @@ def test_compute_advantages_carries_no_gradient(impl):
     assert not any(t.requires_grad for t in out), "compute_advantages must not let gradients flow (use torch.no_grad())"
 
 
+@pytest.mark.exercise("compute_advantages")
+def test_compute_advantages_of_one_token_responses(impl, ref):
+    # Every response one token long: the batch is one column wide.
+    check_call(impl, ref, "compute_advantages", randn(4, 3, 1), randn(5, 3, 1), torch.ones(3, 1), 0.9, 0.8)
+
+
+@pytest.mark.exercise("compute_advantages")
+@pytest.mark.parametrize("gamma,lam", [(-0.1, 0.95), (1.1, 0.95), (1.0, -0.1), (1.0, 1.1)])
+def test_compute_advantages_refuses_gamma_or_lam_outside_0_1(impl, gamma, lam):
+    expect_value_error(f"compute_advantages(values, rewards, mask, gamma={gamma}, lam={lam})",
+                       lambda: impl.compute_advantages(*advantage_inputs(0), gamma, lam))
+
+
+@pytest.mark.exercise("compute_advantages")
+@pytest.mark.parametrize("gamma,lam", [(0.0, 0.0), (1.0, 1.0)])
+def test_compute_advantages_accepts_gamma_and_lam_at_the_bounds(impl, ref, gamma, lam):
+    check_call(impl, ref, "compute_advantages", *advantage_inputs(2), gamma, lam)
+
+
 # --- ppo_loss -----------------------------------------------------------------------------
 
 # The stats the docstring documents (TRL's names); a learner may return more.
@@ -549,6 +581,43 @@ def test_batched_forward_pass_matches_reference(impl, ref, temperature, return_l
 
 
 @pytest.mark.exercise("batched_forward_pass")
+@pytest.mark.parametrize("case", ["no rows", "one response more than queries", "an empty query", "an empty response",
+                                  "temperature 0", "temperature -0.5"])
+def test_batched_forward_pass_refuses_bad_arguments(impl, ref, case):
+    model = ref.GPTWithValueHead(tiny_lm(0))
+    queries, responses = forward_inputs(3, n=3)
+    temperature = 1.0
+    if case == "no rows":
+        queries, responses = [], []
+    elif case == "one response more than queries":
+        responses = responses + [responses[0]]
+    elif case == "an empty query":
+        queries[1] = torch.tensor([], dtype=torch.long)
+    elif case == "an empty response":
+        responses[2] = torch.tensor([], dtype=torch.long)
+    else:
+        temperature = float(case.split()[-1])
+    with torch.no_grad():
+        expect_value_error(f"batched_forward_pass(tiny GPTWithValueHead, queries, responses, temperature={temperature}) "
+                           f"with {case}",
+                           lambda: impl.batched_forward_pass(model, queries, responses, temperature=temperature))
+
+
+@pytest.mark.exercise("batched_forward_pass")
+def test_batched_forward_pass_defaults(impl, ref):
+    model = ref.GPTWithValueHead(tiny_lm(1))
+    queries, responses = forward_inputs(2)
+
+    def run(fn):
+        with torch.no_grad():
+            return fn(model, [q.clone() for q in queries], [r.clone() for r in responses])
+
+    check_exercise(impl, ref, "batched_forward_pass", run,
+                   call="batched_forward_pass(tiny GPTWithValueHead, 5 queries, 5 responses) — the defaults: "
+                        "temperature=1.0, pad_id=0, return_logits=False")
+
+
+@pytest.mark.exercise("batched_forward_pass")
 def test_forward_pass_keeps_the_gradient(impl, ref):
     # "Don't wrap this in torch.no_grad(): the PPO update calls it for gradients too."
     model = ref.GPTWithValueHead(tiny_lm(2))
@@ -611,6 +680,38 @@ def reward_model_summary(cls):
 def test_reward_model_reads_the_last_real_token(impl, ref):
     check_exercise(impl, ref, "RewardModel", reward_model_summary,
                    call="RewardModel(tiny GPT)(4 rows, right-padded / left-padded / one at a time)")
+
+
+@pytest.mark.exercise("RewardModel")
+def test_reward_model_with_a_one_token_row(impl, ref):
+    from workbook.lm.tokenizer import pad_batch
+
+    rows = [torch.tensor([5]), torch.tensor([7, 4, 9, 3, 8])]
+
+    def run(cls):
+        torch.manual_seed(3)
+        model = cls(tiny_lm(3))
+        with torch.no_grad():
+            return {"right-padded": model(*pad_batch(rows, side="right", pad_id=0)),
+                    "left-padded": model(*pad_batch(rows, side="left", pad_id=0)),
+                    "one row at a time": torch.cat([model(r[None], torch.ones(1, len(r), dtype=torch.long)) for r in rows])}
+
+    check_exercise(impl, ref, "RewardModel", run,
+                   call="RewardModel(tiny GPT)(a row of one token and a row of five: right-padded / left-padded / "
+                        "one at a time)")
+
+
+@pytest.mark.exercise("RewardModel")
+def test_reward_model_refuses_a_row_without_real_tokens(impl, ref):
+    from workbook.lm.tokenizer import pad_batch
+
+    torch.manual_seed(3)
+    model = impl.RewardModel(tiny_lm(3))
+    ids, mask = pad_batch([torch.tensor([5, 6, 7]), torch.tensor([7, 4, 9, 3])], side="right", pad_id=0)
+    mask[0] = 0
+    with torch.no_grad():
+        expect_value_error("RewardModel(tiny GPT)(2 rows, the first with an all-0 attention_mask)",
+                           lambda: model(ids, mask))
 
 
 @pytest.mark.exercise("RewardModel")
@@ -760,6 +861,17 @@ def test_trainer_stats_are_floats_and_std_of_one_score_is_zero(impl, ref):
                                   [mistake("PPOTrainer", "std_of_one_score_is_nan")]))
 
 
+@pytest.mark.exercise("PPOTrainer")
+def test_std_of_two_scores_is_their_unbiased_std(impl, ref):
+    out, *_ = trainer_run(impl.PPOTrainer, ref, seed=1, steps=1, batch=2, mini_batch_size=2, ppo_epochs=1)
+    expected = randn(21, 2).std().item()  # trainer_run's scores: randn(seed + 20, batch)
+    got = out["step 1: ppo/std_scores"]
+    if not isinstance(got, float) or abs(got - expected) > 1e-6:
+        raise WrongAnswer(explain("PPOTrainer(...).step(two queries, two responses, two scores)",
+                                  f"ppo/std_scores must be the unbiased std of the scores, {expected:.6f}; got {got!r} "
+                                  "(only a batch of one gets 0.0)"))
+
+
 class GradModeRecorder(torch.nn.Module):
     """Wraps a model; remembers whether autograd was on at each call."""
 
@@ -771,6 +883,22 @@ class GradModeRecorder(torch.nn.Module):
     def forward(self, *args, **kwargs):
         self.grad_modes.append(torch.is_grad_enabled())
         return self.model(*args, **kwargs)
+
+
+@pytest.mark.exercise("PPOTrainer")
+@pytest.mark.parametrize("short", ["responses", "scores"])
+def test_trainer_step_refuses_inputs_of_different_lengths(impl, ref, short):
+    policy = ref.GPTWithValueHead(tiny_lm(0))
+    trainer = impl.PPOTrainer(ref.PPOConfig(mini_batch_size=2, ppo_epochs=1, seed=0), policy,
+                              ref.create_reference_model(policy), 0)
+    queries, responses = forward_inputs(10, 4)
+    scores = randn(20, 4)
+    if short == "responses":
+        responses = responses[:3]
+    else:
+        scores = scores[:3]
+    expect_value_error(f"PPOTrainer.step(4 queries, {len(responses)} responses, {len(scores)} scores)",
+                       lambda: trainer.step(queries, responses, scores))
 
 
 @pytest.mark.exercise("PPOTrainer")

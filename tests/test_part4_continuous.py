@@ -68,25 +68,39 @@ def actor_like_reference(cls, ref, num_obs: int, action_dim: int, log_std: list[
 
 # --- GaussianActor ---------------------------------------------------------------------------
 
+def describe_actor(actor: nn.Module, num_obs: int, action_dim: int, hidden_size: int | str) -> dict:
+    """Layers, log σ and parameter count of an actor, for comparison with the reference's."""
+    log_std = getattr(actor, "log_std", None)
+    # Linear layers only, in the order forward applies them (the order they were created in is
+    # free): the activation may be an nn.Tanh module or F.tanh in forward (the outputs, checked
+    # in test_gaussian_policy_matches_reference with the reference's weights, tell tanh from anything else).
+    layers = describe_layers_in_call_order(actor, torch.zeros(1, num_obs),
+                                           call=f"GaussianActor({num_obs}, {action_dim}, {hidden_size})(obs)")
+    return {"linear layers, in the order applied": layers,
+            "log_std": log_std.detach().flatten() if isinstance(log_std, nn.Parameter) else log_std,
+            "number of parameters": sum(p.numel() for p in actor.parameters())}
+
+
 @pytest.mark.exercise("GaussianActor")
 @pytest.mark.parametrize("num_obs,action_dim,hidden_size,init_log_std", [(4, 1, 64, 0.0), (11, 3, 32, -0.5)])
 def test_gaussian_actor_layers_and_initialisation(impl, ref, num_obs, action_dim, hidden_size, init_log_std):
     def run(cls):
         torch.manual_seed(0)
-        actor = cls(num_obs, action_dim, hidden_size, init_log_std)
-        log_std = getattr(actor, "log_std", None)
-        # Linear layers only, in the order forward applies them (the order they were created in is
-        # free): the activation may be an nn.Tanh module or F.tanh in forward (the outputs, checked
-        # below with the reference's weights, tell tanh from anything else).
-        layers = describe_layers_in_call_order(actor, torch.zeros(1, num_obs),
-                                               call=f"GaussianActor({num_obs}, {action_dim}, {hidden_size})(obs)")
-        return {"linear layers, in the order applied": layers,
-                "log_std": log_std.detach().flatten() if isinstance(log_std, nn.Parameter) else log_std,
-                "number of parameters": sum(p.numel() for p in actor.parameters())}
+        return describe_actor(cls(num_obs, action_dim, hidden_size, init_log_std), num_obs, action_dim, hidden_size)
 
     check_exercise(impl, ref, "GaussianActor", run, rtol=1e-4, atol=1e-6,
                    call=f"GaussianActor({num_obs}, {action_dim}, hidden_size={hidden_size}, "
                         f"init_log_std={init_log_std})")
+
+
+@pytest.mark.exercise("GaussianActor")
+def test_gaussian_actor_defaults(impl, ref):
+    def run(cls):
+        torch.manual_seed(0)
+        return describe_actor(cls(6, 2), 6, 2, "default")
+
+    check_exercise(impl, ref, "GaussianActor", run, rtol=1e-4, atol=1e-6,
+                   call="GaussianActor(6, 2) — the defaults: hidden_size=64, init_log_std=0.0 (σ = 1)")
 
 
 @pytest.mark.exercise("GaussianActor")
@@ -248,6 +262,21 @@ def test_observation_normaliser_matches_reference(impl, ref, clip):
 
 
 @pytest.mark.exercise("ObservationNormalizer")
+def test_observation_normaliser_updates_by_default(impl, ref):
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randn(2, 3, generator=g) * 4 + 1, torch.randn(3, 3, generator=g) * 4 + 1]
+
+    def run(cls):
+        normaliser = normaliser_with_reference_stats(cls, ref, (3,), 10.0)
+        outputs = [normaliser(obs.clone()) for obs in batches]
+        return {"outputs": outputs, "statistics after": rms_state(normaliser.rms)}
+
+    check_exercise(impl, ref, "ObservationNormalizer", run, rtol=1e-5, atol=1e-5,
+                   call="ObservationNormalizer((3,))(obs) on batches of 2 and 3 observations — the default "
+                        "update=True (training)")
+
+
+@pytest.mark.exercise("ObservationNormalizer")
 def test_frozen_statistics_do_not_move(impl, ref):
     normaliser = normaliser_with_reference_stats(impl.ObservationNormalizer, ref, (2,), 10.0)
     normaliser(torch.tensor([[1.0, -1.0], [3.0, 5.0]]))
@@ -322,6 +351,21 @@ def test_discounted_return_restarts_after_a_reset_step(impl, ref):
                 "statistics of G": closed_form(torch.tensor([1.0, 2.5, 4.0]))}
     check_expected(impl, "RewardScaler", run, expected,
                    call="RewardScaler(1, gamma=0.5) on rewards 1, 2, (reset step), 4")
+
+
+@pytest.mark.exercise("RewardScaler")
+def test_reward_scaler_stays_finite_when_the_returns_never_vary(impl, ref):
+    # 100,000 environments, every reward 0: Var[G] falls to 1e-4 / (1e-4 + 1e5) ≈ 1e-9, below ε = 1e-8.
+    # sqrt(Var[G] + ε) keeps the division defined: the scaled rewards are 0, not NaN.
+    n = 100_000
+
+    def run(cls):
+        scaler = scaler_with_reference_stats(cls, ref, n, GAMMA, 10.0)
+        return {"scaled rewards": scaler(torch.zeros(n), torch.zeros(n, dtype=torch.bool)),
+                "statistics of the returns": rms_state(scaler.return_rms)}
+
+    check_exercise(impl, ref, "RewardScaler", run, rtol=1e-5, atol=1e-12,
+                   call=f"RewardScaler({n}, gamma={GAMMA}) on one step of rewards that are all 0 (Var[G] ≈ 1e-9 < ε)")
 
 
 # --- ContinuousAgent.play_step -------------------------------------------------------------------

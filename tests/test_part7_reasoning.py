@@ -89,6 +89,8 @@ CASES = [
     ("</answer>12<answer>", "12"),                # tags in the wrong order
     ("the answer is 7", "7"),                     # no tags
     ("", "7"),                                    # nothing at all
+    ("answer>12</answer>", "12"),                 # no opening tag: find's −1 is not a position (text[7:] is "12")
+    ("<answer>9876543210</answer>", "9876543210"),  # right: every ASCII digit belongs
     ("<answer>" + "9" * 5000 + "</answer>", "9" * 5000),   # right, and too long for int()
     ("<answer>" + "8" * 5000 + "</answer>", "9" * 5000),   # wrong, and too long for int()
 ]
@@ -133,6 +135,13 @@ def test_a_well_formed_wrong_answer_gets_exactly_the_format_reward(impl, format_
         describe_call("answer_reward", completions, ["11"] * 3, format_reward),
         "right → 1, well-formed wrong → format_reward, no answer → 0\n  " + m,
         diagnose("answer_reward", got, completions, ["11"] * 3, format_reward)))
+
+
+@pytest.mark.exercise("answer_reward")
+def test_answer_reward_default_format_reward_is_tinyzeros(impl, ref):
+    completions, answers = [c for c, _ in CASES], [a for _, a in CASES]
+    check_exercise(impl, ref, "answer_reward", lambda fn: fn(completions, answers),
+                   call="answer_reward(completions, answers) — the default format_reward=0.1")
 
 
 FRAGMENTS = ["<answer>", "</answer>", "<answer", "answer>", "0", "7", "12", " ", "-", "x", "٣", "²", "\n", "<", "/"]
@@ -318,6 +327,12 @@ def test_completion_mask_worked_example(impl):
 
 
 @pytest.mark.exercise("completion_mask")
+def test_completion_mask_masks_truncated_rows_by_default(impl, ref):
+    check_exercise(impl, ref, "completion_mask", lambda fn: fn(responses_for(2), 2),
+                   call="completion_mask(responses, 2) — the default mask_truncated=True")
+
+
+@pytest.mark.exercise("completion_mask")
 def test_completion_mask_rejects_no_responses(impl):
     expect_value_error(impl, "completion_mask", "completion_mask([], 2)", [], 2)
 
@@ -370,6 +385,33 @@ def empty_mask_check(impl, ref, exercise: str, *settings):
     loss.backward()
     if logprobs.grad is not None and not torch.equal(logprobs.grad, torch.zeros_like(logprobs.grad)):
         raise WrongAnswer(explain(f"{exercise}(..., an all-zero mask).backward()", "a masked-out token got a gradient"))
+
+
+def single_token_check(impl, ref, exercise: str, *settings):
+    """One real token in the whole batch: every mean (token, row, stats) is over exactly one thing."""
+    logprobs, old, adv, _ = loss_inputs(13, spread=0.6)
+    mask = torch.zeros(logprobs.shape)
+    mask[2, 0] = 1.0
+    check_call(impl, ref, exercise, with_padding_garbage(logprobs, mask), with_padding_garbage(old, mask, -3.0), adv, mask,
+               *settings)
+
+
+def tie_inputs():
+    """Ratios exactly 1 (logprobs = old logprobs), A = ±1; ratios 2 and 1/4 with A = 0. One token per row."""
+    old = torch.zeros(4, 1)
+    logprobs = torch.tensor([[0.0], [0.0], [math.log(2.0)], [math.log(0.25)]])
+    return logprobs, old, torch.tensor([1.0, -1.0, 0.0, 0.0]), torch.ones(4, 1)
+
+
+def tie_check(impl, exercise: str, expected_low: float, expected_high: float, *more_settings, why: str):
+    """With eps_low = eps_high = 0 a ratio of exactly 1 sits *on* both bounds: the clip changes nothing there."""
+    logprobs, old, adv, mask = tie_inputs()
+    _, stats = getattr(impl, exercise)(logprobs, old, adv, mask, 0.0, 0.0, *more_settings)
+    got = (stats["policy/clipfrac_low"].item(), stats["policy/clipfrac_high"].item())
+    if abs(got[0] - expected_low) > 1e-6 or abs(got[1] - expected_high) > 1e-6:
+        raise WrongAnswer(explain(describe_call(exercise, logprobs, old, adv, mask, 0.0, 0.0, *more_settings),
+                                  f"expected clipfrac_low {expected_low} and clipfrac_high {expected_high} ({why}); "
+                                  f"got {got[0]} and {got[1]}"))
 
 
 # --- clip_higher_loss -------------------------------------------------------------------
@@ -437,6 +479,28 @@ def test_clip_higher_loss_with_every_row_masked_out(impl, ref, normalisation):
 def test_clip_higher_loss_rejects_an_unknown_normalisation(impl):
     expect_value_error(impl, "clip_higher_loss", "clip_higher_loss(..., normalisation='mean')",
                        *loss_inputs(0), 0.2, 0.28, "mean")
+
+
+@pytest.mark.exercise("clip_higher_loss")
+def test_clip_higher_loss_defaults_are_dapos(impl, ref):
+    inputs = loss_inputs(8, spread=0.6)
+    _, stats = ref.clip_higher_loss(*inputs)
+    assert stats["policy/clipfrac_low"] > 0 and stats["policy/clipfrac_high"] > 0, "test inputs must bind both clips"
+    check_exercise(impl, ref, "clip_higher_loss", lambda fn: fn(*inputs),
+                   call="clip_higher_loss(logprobs, old_logprobs, advantages, mask) — the defaults: eps_low=0.2, "
+                        "eps_high=0.28, normalisation='token'")
+
+
+@pytest.mark.exercise("clip_higher_loss")
+@pytest.mark.parametrize("normalisation", ["token", "sequence"])
+def test_clip_higher_loss_with_a_single_real_token(impl, ref, normalisation):
+    single_token_check(impl, ref, "clip_higher_loss", 0.2, 0.28, normalisation)
+
+
+@pytest.mark.exercise("clip_higher_loss")
+def test_clip_higher_counts_neither_a_ratio_on_its_bound_nor_a_zero_advantage(impl):
+    tie_check(impl, "clip_higher_loss", 0.0, 0.0, "token",
+              why="a clip binds where ratio < 1 − eps_low with A < 0 or ratio > 1 + eps_high with A > 0, strictly")
 
 
 # --- gspo_loss --------------------------------------------------------------------------
@@ -507,6 +571,26 @@ def test_gspo_loss_with_every_row_masked_out(impl, ref):
     empty_mask_check(impl, ref, "gspo_loss", 3e-4, 4e-4)
 
 
+@pytest.mark.exercise("gspo_loss")
+def test_gspo_loss_defaults_are_the_papers(impl, ref):
+    inputs = loss_inputs(0, spread=1e-3, batch=10)
+    _, stats = ref.gspo_loss(*inputs)
+    assert stats["policy/clipfrac_low"] > 0 and stats["policy/clipfrac_high"] > 0, "test inputs must bind both clips"
+    check_exercise(impl, ref, "gspo_loss", lambda fn: fn(*inputs),
+                   call="gspo_loss(logprobs, old_logprobs, advantages, mask) — the defaults: eps_low=3e-4, eps_high=4e-4")
+
+
+@pytest.mark.exercise("gspo_loss")
+def test_gspo_loss_with_a_single_real_token(impl, ref):
+    single_token_check(impl, ref, "gspo_loss", 3e-4, 4e-4)
+
+
+@pytest.mark.exercise("gspo_loss")
+def test_gspo_counts_neither_a_ratio_on_its_bound_nor_a_zero_advantage(impl):
+    tie_check(impl, "gspo_loss", 0.0, 0.0,
+              why="a clip binds where s < 1 − eps_low with A < 0 or s > 1 + eps_high with A > 0, strictly")
+
+
 # --- cispo_loss -------------------------------------------------------------------------
 
 CISPO_SETTINGS = [(1.0, 0.28), (0.2, 0.2), (0.5, 2.0)]
@@ -563,3 +647,23 @@ def test_cispo_loss_with_every_row_masked_out(impl, ref, normalisation):
 @pytest.mark.exercise("cispo_loss")
 def test_cispo_loss_rejects_an_unknown_normalisation(impl):
     expect_value_error(impl, "cispo_loss", "cispo_loss(..., normalisation='constant')", *loss_inputs(0), 1.0, 0.28, "constant")
+
+
+@pytest.mark.exercise("cispo_loss")
+def test_cispo_loss_defaults_are_the_papers(impl, ref):
+    inputs = loss_inputs(8, spread=0.8)
+    check_exercise(impl, ref, "cispo_loss", lambda fn: fn(*inputs),
+                   call="cispo_loss(logprobs, old_logprobs, advantages, mask) — the defaults: eps_low=1.0, eps_high=0.28, "
+                        "normalisation='token'")
+
+
+@pytest.mark.exercise("cispo_loss")
+@pytest.mark.parametrize("normalisation", ["token", "sequence"])
+def test_cispo_loss_with_a_single_real_token(impl, ref, normalisation):
+    single_token_check(impl, ref, "cispo_loss", 1.0, 0.28, normalisation)
+
+
+@pytest.mark.exercise("cispo_loss")
+def test_cispo_does_not_count_a_ratio_on_its_bound(impl):
+    tie_check(impl, "cispo_loss", 0.25, 0.25, "token",
+              why="ratio 1/4 < 1 − 0 and ratio 2 > 1 + 0 are clipped whatever A; ratio 1, on both bounds, is not")

@@ -75,11 +75,12 @@ def network_like_reference(cls, ref, num_actions: int, frame_stack: int, seed: i
 # --- NatureCNN -----------------------------------------------------------------------------------
 
 @pytest.mark.exercise("NatureCNN")
-@pytest.mark.parametrize("num_actions,frame_stack", [(4, 4), (6, 2)])
+@pytest.mark.parametrize("num_actions,frame_stack", [(4, 4), (6, 2), (5, None)])
 def test_nature_cnn_layers_and_initialisation(impl, ref, num_actions, frame_stack):
+    # frame_stack None: the argument left out (the default, 4 frames).
     def run(cls):
         torch.manual_seed(0)
-        net = cls(num_actions, frame_stack)
+        net = cls(num_actions) if frame_stack is None else cls(num_actions, frame_stack)
         convs = [{"in": m.in_channels, "out": m.out_channels, "kernel": m.kernel_size, "stride": m.stride,
                   "gain, orthogonal": gain(m.weight), "largest |bias|": m.bias.detach().abs().max().item()}
                  for m in layers(net, nn.Conv2d)]
@@ -90,7 +91,8 @@ def test_nature_cnn_layers_and_initialisation(impl, ref, num_actions, frame_stac
                 "number of parameters": sum(p.numel() for p in net.parameters())}
 
     check_exercise(impl, ref, "NatureCNN", run, rtol=1e-3, atol=1e-6,
-                   call=f"NatureCNN({num_actions}, frame_stack={frame_stack})")
+                   call=f"NatureCNN({num_actions}" + (") — the default frame_stack=4" if frame_stack is None
+                                                          else f", frame_stack={frame_stack})"))
 
 
 @pytest.mark.exercise("NatureCNN")
@@ -205,19 +207,24 @@ class ScriptedGame(gym.Env):
 
 
 def play(cls, game: ScriptedGame, script: str) -> list:
-    """Run ``script`` ('r' = reset, 's' = step with action 2) through ``cls(game)``; one record per call."""
+    """Run ``script`` ('r' = reset, 's' = step with action 2) through ``cls(game)``; one record per call.
+
+    ``wrapper.game_over`` is recorded as the docstrings set it: the game's own ending after a step, False
+    after a reset."""
     env = cls(game)
     trace = []
     for i, call in enumerate(script):
         if call == "r":
             obs, info = env.reset(seed=100 + i)
             trace.append({"call": f"#{i} reset", "obs": float(obs[0]), "lives": float(info["lives"]),
-                          "wrapper.lives": float(env.lives), "game resets so far": game.resets,
+                          "wrapper.lives": float(env.lives), "wrapper.game_over": bool(env.game_over),
+                          "game resets so far": game.resets,
                           "seed of the last game reset": game.seeds[-1]})
         else:
             obs, reward, terminated, truncated, info = env.step(2)
             trace.append({"call": f"#{i} step", "obs": float(obs[0]), "reward": reward, "terminated": bool(terminated),
-                          "truncated": bool(truncated), "lives": float(info["lives"])})
+                          "truncated": bool(truncated), "lives": float(info["lives"]),
+                          "wrapper.game_over": bool(env.game_over)})
     trace.append({"actions the game received": game.actions})
     return trace
 

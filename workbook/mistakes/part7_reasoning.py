@@ -97,6 +97,17 @@ def reward_strip(completions, answers, format_reward=0.1):
                   _same_number)
 
 
+@part7("answer_reward", "missing_open_tag_read_from_index_7",
+       "a missing <answer> was not checked: find()'s −1 was used as a position, so the text from index 7 "
+       "up to </answer> was read as the answer")
+def reward_unchecked_find(completions, answers, format_reward=0.1):
+    def parse(text):
+        start = text.find("<answer>")
+        end = text.find("</answer>", start + 8)
+        return _ascii_digits(text[start + 8:end]) if end >= 0 else None
+    return _score(completions, answers, format_reward, parse, _same_number)
+
+
 # --- pass_at_k --------------------------------------------------------------------------
 
 def _check_pass(n, c, k):
