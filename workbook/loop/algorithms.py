@@ -118,12 +118,16 @@ class Group:
         self.args, self.part5, self.seed, self.task = args, part5, seed, task
         self.policy = part5.LanguageModelPolicy(model)
         self.reference = part3.create_reference_model(self.policy)
-        config = part5.GroupConfig(
+        self.trainer = distributed.lm_trainer(self.make_trainer(args, tok))
+
+    def make_trainer(self, args, tok: CharTokenizer):
+        """Part 5's GroupTrainer (Part 7's critic-free algorithms put theirs here; the rest of the loop is the same)."""
+        config = self.part5.GroupConfig(
             algo=args.algo, group_size=args.group_size, learning_rate=args.learning_rate,
             mini_batch_size=args.mini_batch_size, epochs=args.ppo_epochs, cliprange=args.cliprange, beta=args.kl_coef,
             scale=args.grpo_scale, normalisation=args.loss_normalisation, max_len=args.max_new_tokens,
             ent_coef=args.ent_coef, temperature=args.temperature, seed=args.seed)
-        self.trainer = distributed.lm_trainer(part5.GroupTrainer(config, self.policy, self.reference, tok.pad_id))
+        return self.part5.GroupTrainer(config, self.policy, self.reference, tok.pad_id)
 
     def prompts(self, it: int) -> list[Prompt]:
         distinct = self.task.batch(self.args.batch_size // self.args.group_size, self.seed, it)

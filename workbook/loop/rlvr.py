@@ -42,10 +42,9 @@ from types import ModuleType
 import torch
 from torch import Tensor, nn
 
-from workbook import distributed
 from workbook.loop.algorithms import ALGORITHMS, ENTROPY, KL, LENGTH, Algorithm, Group, load_part5
-from workbook.loop.task import Prompt, Task
-from workbook.rlhf.data import Rollout, load_part3
+from workbook.loop.task import Task
+from workbook.rlhf.data import load_part3
 
 LOSSES = ("clip_higher", "gspo", "cispo")
 KL_ROWS = 64
@@ -191,34 +190,19 @@ class RLVRTrainer:
         return out
 
 
-class RLVR:
-    """dapo, gspo or cispo in the loop: Part 5's policy without a critic, :class:`RLVRTrainer`."""
+class RLVR(Group):
+    """dapo, gspo or cispo in the loop: Part 5's policy without a critic (:class:`Group`), :class:`RLVRTrainer`."""
 
     LOSS = {"dapo": "clip_higher", "gspo": "gspo", "cispo": "cispo"}
 
-    def __init__(self, args, model, tok, task: Task, seed: int):
-        part3, part5 = load_part3(args.impl), load_part5(args.impl)
-        self.args, self.part5, self.seed, self.task = args, part5, seed, task
-        self.policy = part5.LanguageModelPolicy(model)
-        self.reference = part3.create_reference_model(self.policy)
+    def make_trainer(self, args, tok) -> RLVRTrainer:
         config = RLVRConfig(
             loss=self.LOSS[args.algo], group_size=args.group_size, learning_rate=args.learning_rate,
             mini_batch_size=args.mini_batch_size, epochs=args.ppo_epochs, eps_low=args.cliprange, eps_high=args.eps_high,
             scale=args.grpo_scale, normalisation=args.loss_normalisation, beta=args.kl_coef,
             dynamic_sampling=args.dynamic_sampling, overlong_cache=args.overlong_cache, mask_truncated=args.mask_truncated,
             max_len=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
-        self.trainer = distributed.lm_trainer(RLVRTrainer(config, self.policy, self.reference, tok.pad_id, tok.eos_id, args.impl))
-
-    def prompts(self, it: int) -> list[Prompt]:
-        distinct = self.task.batch(self.args.batch_size // self.args.group_size, self.seed, it)
-        _, index = self.part5.repeat_for_groups([p.text for p in distinct], self.args.group_size)
-        return [distinct[i] for i in index.tolist()]
-
-    def step(self, batch: Rollout, scores: Tensor, it: int) -> dict[str, float]:
-        return self.trainer.step(batch.queries, batch.responses, scores)
-
-    def summary(self) -> dict:
-        return {}
+        return RLVRTrainer(config, self.policy, self.reference, tok.pad_id, tok.eos_id, args.impl)
 
 
 def dr_grpo(args, model, tok, task: Task, seed: int) -> Group:
