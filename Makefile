@@ -11,17 +11,21 @@ TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: setup test main grade mutation clean
 
+# torch first, with pip (TORCH_SPEC); then the rest with uv (seconds, where pip takes about a minute),
+# or with pip where uv cannot be had. torch is already there, so uv keeps it and never looks for a build.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[dev,hf]"
+	$(PY) -m pip install --quiet uv && $(PY) -m uv pip install --quiet --python $(PY) -e ".[dev,hf]" \
+		|| $(PY) -m pip install --quiet -e ".[dev,hf]"
 	touch $@
 
 setup: $(VENV)/.installed
 
+# On every core (pytest-xdist); the meta-tests stay together on one worker (--dist loadgroup).
 test: $(VENV)/.installed
-	$(PY) -m pytest --impl=solutions
+	$(PY) -m pytest --impl=solutions -n auto --dist loadgroup
 
 main: $(VENV)/.installed
 	$(PY) -m workbook main

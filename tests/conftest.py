@@ -21,6 +21,11 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     meta = [item for item in items if META_FIXTURE in getattr(item, "fixturenames", ())]
     if not meta or config.workbook_impl != "solutions":
         return
+    if hasattr(config, "workerinput"):
+        # A pytest-xdist worker (`make test`): every worker collects everything, so none may start
+        # the meta-run here. The meta-tests share one xdist_group; with --dist loadgroup the worker
+        # that gets them starts the run in the fixture, as the largest unit of work, first.
+        return
     items[:] = [item for item in items if META_FIXTURE not in getattr(item, "fixturenames", ())] + meta
     config._workbook_variant_run = variants.start_suite_on_variants("variants")
 
