@@ -23,9 +23,9 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-# On every core (pytest-xdist); the meta-tests stay together on one worker (--dist loadgroup).
+# On every core (pytest-xdist: one worker per core; the meta-run starts once, on the controller).
 test: $(VENV)/.installed
-	$(PY) -m pytest --impl=solutions -n auto --dist loadgroup
+	$(PY) -m pytest --impl=solutions -n auto
 
 main: $(VENV)/.installed
 	$(PY) -m workbook main

@@ -14,10 +14,6 @@ import pytest
 
 from workbook import alternatives
 
-# `make test` runs the suite on every core (pytest-xdist): both meta-tests on one worker, so the
-# meta-run (the variant_results fixture) starts once.
-pytestmark = pytest.mark.xdist_group("meta")
-
 ALL = alternatives.all_alternatives()
 
 
