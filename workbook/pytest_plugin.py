@@ -83,6 +83,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "correct alternative) or variants (both)")
     group.addoption("--variant-shard", default="0/1", metavar="I/K",
                     help="with --impl=mistakes|alternatives|variants: run only every K-th variant, from the I-th")
+    group.addoption("--mistakes-stop-when-named", action="store_true",
+                    help="with --impl=mistakes|variants: once a test has failed and named a known mistake, skip that "
+                         "mistake's other tests (the meta-run: all it asks is caught and named)")
     group.addoption("--workbook-report", default=None, metavar="PATH",
                     help="write per-test results as JSON lines (used by `python -m workbook grade`)")
 
@@ -211,6 +214,12 @@ def _seed_everything():
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    named = getattr(item.config, "_workbook_named_mistakes", ())
+    if named and getattr(item, "callspec", None) and item.callspec.params.get("impl") in named:
+        pytest.skip("this known mistake is already caught and named by an earlier test")
 
 
 def _variants_in_run(config: pytest.Config) -> list:
@@ -417,6 +426,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             record["variant"] = v.choice
             record[v.kind] = v.id  # record["mistake"] or record["alternative"]
             record["full_text"] = str(report.longrepr)[-20000:]
+            if (v.kind == "mistake" and status == "failed" and config.getoption("--mistakes-stop-when-named")
+                    and f"[known mistake: {v.name}]" in record["full_text"]):
+                config.__dict__.setdefault("_workbook_named_mistakes", set()).add(v.choice)
         _record(config, record, report)
 
 

@@ -116,7 +116,7 @@ def start_suite_on_variants(kinds: str = "variants", jobs: int | None = None) ->
     for shard in range(jobs):
         report = tmp / f"shard{shard}.jsonl"
         cmd = [sys.executable, "-m", "pytest", *test_files, f"--impl={kinds}", f"--variant-shard={shard}/{jobs}",
-               f"--workbook-report={report}", "-q", "-p", "no:cacheprovider",
+               f"--workbook-report={report}", "--mistakes-stop-when-named", "-q", "-p", "no:cacheprovider",
                "--tb=native",  # hundreds of expected failures: pytest's own traceback format costs ~20 ms each
                "-o", "console_output_style=classic", "-W", "ignore"]
         log = (tmp / f"shard{shard}.log").open("w")
