@@ -101,6 +101,23 @@ class CNNTopDown(_ReferenceCNN):
         return self.actor_head(hidden), self.critic_head(hidden)
 
 
+class _Scale(nn.Module):
+    def forward(self, x):
+        return x.float() / 255.0
+
+
+@part8("NatureCNN", "scaling_inside_the_trunk",
+       "the scaling as the trunk's first module (the class docstring's 'trunk: obs / 255 → conv …'), so features is "
+       "the trunk alone")
+class CNNScalingInTrunk(_ReferenceCNN):
+    def __init__(self, num_actions, frame_stack=4):
+        super().__init__(num_actions, frame_stack)
+        self.trunk = nn.Sequential(_Scale(), *self.trunk)
+
+    def features(self, obs):
+        return self.trunk(obs)
+
+
 @part8("EpisodicLife", "real_done_flag_and_early_return",
        "CleanRL's shape: a was_real_done flag, lives compared through a local, and reset with early returns")
 class LifeEarlyReturns(gym.Wrapper):
