@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workbook.checking import WrongAnswer, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
+from workbook.promises import check_call_documented_keys, documented_keys
 
 PART = "part7_reasoning"
 POINTS = {
@@ -34,6 +35,8 @@ POINTS = {
 }
 HYPOTHESIS = settings(max_examples=40, deadline=None, derandomize=True)
 MASK_DTYPES = [torch.bool, torch.int64, torch.float32]
+# The stats the three losses' docstrings name: each must be there, more are allowed.
+LOSS_STATS = ("policy/clipfrac_low", "policy/clipfrac_high", "policy/ratio")
 
 
 def mistake(exercise: str, name: str) -> str:
@@ -79,6 +82,9 @@ CASES = [
     ("<answer>12</answer>", "13"),                # well-formed, wrong
     ("x<answer>1</answer>junk<answer>632</answer>", "632"),   # the first pair counts: wrong
     ("<answer>632</answer><answer>1</answer>", "632"),        # the first pair counts: right
+    ("</answer><answer>7</answer>", "7"),          # right: a stray </answer> before the pair is not its end
+    ("<answer>x</answer><answer>7</answer>", "7"),  # the first pair is malformed: 0, not the later right one
+    ("<answer>1\n2</answer><answer>7</answer>", "7"),  # the first pair spans a line break: malformed, 0
     ("<answer> 12 </answer>", "12"),              # spaces: not well-formed
     ("<answer>-5</answer>", "5"),                 # sign: not well-formed
     ("<answer>٣</answer>", "3"),                  # a non-ASCII digit: not well-formed
@@ -377,11 +383,18 @@ def empty_mask_check(impl, ref, exercise: str, *settings):
     logprobs.requires_grad_(True)
     loss, stats = getattr(impl, exercise)(logprobs, old, adv, mask, *settings)
     expected, _ = getattr(ref, exercise)(logprobs.detach(), old, adv, mask, *settings)
+    stats = documented_keys(stats, LOSS_STATS)
     if not torch.isfinite(loss) or loss.item() != expected.item() or not all(torch.isfinite(v) for v in stats.values()):
         labels = [mistake(exercise, "nan_for_an_empty_mask")] if exercise == "clip_higher_loss" else []
         raise WrongAnswer(explain(f"{exercise}(..., an all-zero mask)",
                                   f"expected loss {expected.item()} and finite stats, got {loss.item()} and "
                                   f"{ {k: v.item() for k, v in stats.items()} }", labels))
+    if not loss.requires_grad:
+        raise WrongAnswer(explain(f"{exercise}(logprobs that require grad, ..., an all-zero mask)",
+                                  "the loss 0 carries no graph, so loss.backward() raises: the RLVR trainer calls "
+                                  "backward on every minibatch, and one whose completions were all truncated would "
+                                  "stop training; build the 0 from logprobs (e.g. (per_token * mask).sum())",
+                                  [mistake(exercise, "constant_zero_for_an_empty_mask")] if exercise == "gspo_loss" else []))
     loss.backward()
     if logprobs.grad is not None and not torch.equal(logprobs.grad, torch.zeros_like(logprobs.grad)):
         raise WrongAnswer(explain(f"{exercise}(..., an all-zero mask).backward()", "a masked-out token got a gradient"))
@@ -392,8 +405,8 @@ def single_token_check(impl, ref, exercise: str, *settings):
     logprobs, old, adv, _ = loss_inputs(13, spread=0.6)
     mask = torch.zeros(logprobs.shape)
     mask[2, 0] = 1.0
-    check_call(impl, ref, exercise, with_padding_garbage(logprobs, mask), with_padding_garbage(old, mask, -3.0), adv, mask,
-               *settings)
+    check_call_documented_keys(impl, ref, exercise, with_padding_garbage(logprobs, mask),
+                               with_padding_garbage(old, mask, -3.0), adv, mask, *settings, keys=LOSS_STATS)
 
 
 def tie_inputs():
@@ -426,13 +439,14 @@ def test_clip_higher_loss_matches_reference(impl, ref, normalisation, seed, eps_
     args = (*loss_inputs(seed, spread=0.6), eps_low, eps_high, normalisation)
     _, stats = ref.clip_higher_loss(*args)
     assert stats["policy/clipfrac_low"] > 0 and stats["policy/clipfrac_high"] > 0, "test inputs must bind both clips"
-    check_call(impl, ref, "clip_higher_loss", *args)
+    check_call_documented_keys(impl, ref, "clip_higher_loss", *args, keys=LOSS_STATS)
 
 
 @pytest.mark.exercise("clip_higher_loss")
 @pytest.mark.parametrize("mask_dtype", MASK_DTYPES, ids=str)
 def test_clip_higher_loss_takes_any_mask_dtype(impl, ref, mask_dtype):
-    check_call(impl, ref, "clip_higher_loss", *loss_inputs(4, mask_dtype=mask_dtype), 0.2, 0.28, "sequence")
+    check_call_documented_keys(impl, ref, "clip_higher_loss", *loss_inputs(4, mask_dtype=mask_dtype), 0.2, 0.28, "sequence",
+                               keys=LOSS_STATS)
 
 
 @pytest.mark.exercise("clip_higher_loss")
@@ -486,7 +500,7 @@ def test_clip_higher_loss_defaults_are_dapos(impl, ref):
     inputs = loss_inputs(8, spread=0.6)
     _, stats = ref.clip_higher_loss(*inputs)
     assert stats["policy/clipfrac_low"] > 0 and stats["policy/clipfrac_high"] > 0, "test inputs must bind both clips"
-    check_exercise(impl, ref, "clip_higher_loss", lambda fn: fn(*inputs),
+    check_exercise(impl, ref, "clip_higher_loss", lambda fn: documented_keys(fn(*inputs), LOSS_STATS),
                    call="clip_higher_loss(logprobs, old_logprobs, advantages, mask) — the defaults: eps_low=0.2, "
                         "eps_high=0.28, normalisation='token'")
 
@@ -512,13 +526,14 @@ def test_gspo_loss_matches_reference(impl, ref, seed, eps_low, eps_high, spread)
     args = (*loss_inputs(seed, spread=spread, batch=10), eps_low, eps_high)
     _, stats = ref.gspo_loss(*args)
     assert 0 < stats["policy/clipfrac_low"] + stats["policy/clipfrac_high"] < 0.8, "test inputs must bind some clips, not all"
-    check_call(impl, ref, "gspo_loss", *args)
+    check_call_documented_keys(impl, ref, "gspo_loss", *args, keys=LOSS_STATS)
 
 
 @pytest.mark.exercise("gspo_loss")
 @pytest.mark.parametrize("mask_dtype", MASK_DTYPES, ids=str)
 def test_gspo_loss_takes_any_mask_dtype(impl, ref, mask_dtype):
-    check_call(impl, ref, "gspo_loss", *loss_inputs(4, mask_dtype=mask_dtype, spread=1e-3), 3e-4, 4e-4)
+    check_call_documented_keys(impl, ref, "gspo_loss", *loss_inputs(4, mask_dtype=mask_dtype, spread=1e-3), 3e-4, 4e-4,
+                               keys=LOSS_STATS)
 
 
 @pytest.mark.exercise("gspo_loss")
@@ -576,7 +591,7 @@ def test_gspo_loss_defaults_are_the_papers(impl, ref):
     inputs = loss_inputs(0, spread=1e-3, batch=10)
     _, stats = ref.gspo_loss(*inputs)
     assert stats["policy/clipfrac_low"] > 0 and stats["policy/clipfrac_high"] > 0, "test inputs must bind both clips"
-    check_exercise(impl, ref, "gspo_loss", lambda fn: fn(*inputs),
+    check_exercise(impl, ref, "gspo_loss", lambda fn: documented_keys(fn(*inputs), LOSS_STATS),
                    call="gspo_loss(logprobs, old_logprobs, advantages, mask) — the defaults: eps_low=3e-4, eps_high=4e-4")
 
 
@@ -600,13 +615,15 @@ CISPO_SETTINGS = [(1.0, 0.28), (0.2, 0.2), (0.5, 2.0)]
 @pytest.mark.parametrize("normalisation", ["token", "sequence"])
 @pytest.mark.parametrize("seed,eps_low,eps_high", [(s, *e) for s, e in enumerate(CISPO_SETTINGS)])
 def test_cispo_loss_matches_reference(impl, ref, normalisation, seed, eps_low, eps_high):
-    check_call(impl, ref, "cispo_loss", *loss_inputs(seed, spread=0.8), eps_low, eps_high, normalisation)
+    check_call_documented_keys(impl, ref, "cispo_loss", *loss_inputs(seed, spread=0.8), eps_low, eps_high, normalisation,
+                               keys=LOSS_STATS)
 
 
 @pytest.mark.exercise("cispo_loss")
 @pytest.mark.parametrize("mask_dtype", MASK_DTYPES, ids=str)
 def test_cispo_loss_takes_any_mask_dtype(impl, ref, mask_dtype):
-    check_call(impl, ref, "cispo_loss", *loss_inputs(4, mask_dtype=mask_dtype), 1.0, 0.28, "token")
+    check_call_documented_keys(impl, ref, "cispo_loss", *loss_inputs(4, mask_dtype=mask_dtype), 1.0, 0.28, "token",
+                               keys=LOSS_STATS)
 
 
 @pytest.mark.exercise("cispo_loss")
@@ -652,7 +669,7 @@ def test_cispo_loss_rejects_an_unknown_normalisation(impl):
 @pytest.mark.exercise("cispo_loss")
 def test_cispo_loss_defaults_are_the_papers(impl, ref):
     inputs = loss_inputs(8, spread=0.8)
-    check_exercise(impl, ref, "cispo_loss", lambda fn: fn(*inputs),
+    check_exercise(impl, ref, "cispo_loss", lambda fn: documented_keys(fn(*inputs), LOSS_STATS),
                    call="cispo_loss(logprobs, old_logprobs, advantages, mask) — the defaults: eps_low=1.0, eps_high=0.28, "
                         "normalisation='token'")
 

@@ -42,6 +42,21 @@ def layers(net: nn.Module, kind: type) -> list[nn.Module]:
     return [m for m in net.modules() if isinstance(m, kind)]
 
 
+def convs_in_call_order(net: nn.Module, frame_stack: int) -> list[nn.Conv2d]:
+    """The network's convolutions in the order ``logits_and_value`` applies them (by role, not by the order the
+    constructor registered them); any it never applies follow, in registration order."""
+    order: list[nn.Module] = []
+    convs = layers(net, nn.Conv2d)
+    hooks = [m.register_forward_hook(lambda m, *_: order.append(m) if m not in order else None) for m in convs]
+    try:
+        with torch.no_grad():
+            net.logits_and_value(pixels(1, frame_stack, seed=0))
+    finally:
+        for h in hooks:
+            h.remove()
+    return order + [m for m in convs if m not in order]
+
+
 def gain(weight: torch.Tensor) -> tuple[float, bool]:
     """The weight's gain (RMS singular value, as an out × rest matrix) and whether its singular values are all
     equal (orthogonal init): from the smaller Gram matrix, which is gain² · I exactly then (an SVD of the
@@ -83,11 +98,11 @@ def test_nature_cnn_layers_and_initialisation(impl, ref, num_actions, frame_stac
         net = cls(num_actions) if frame_stack is None else cls(num_actions, frame_stack)
         convs = [{"in": m.in_channels, "out": m.out_channels, "kernel": m.kernel_size, "stride": m.stride,
                   "gain, orthogonal": gain(m.weight), "largest |bias|": m.bias.detach().abs().max().item()}
-                 for m in layers(net, nn.Conv2d)]
+                 for m in convs_in_call_order(net, frame_stack or 4)]
         linears = sorted(({"weight shape": tuple(m.weight.shape), "gain, orthogonal": gain(m.weight),
                            "largest |bias|": m.bias.detach().abs().max().item()} for m in layers(net, nn.Linear)),
                          key=lambda d: d["weight shape"])
-        return {"convolutions, in order": convs, "linear layers, by shape": linears,
+        return {"convolutions, in the order applied": convs, "linear layers, by shape": linears,
                 "number of parameters": sum(p.numel() for p in net.parameters())}
 
     check_exercise(impl, ref, "NatureCNN", run, rtol=1e-3, atol=1e-6,
@@ -115,7 +130,7 @@ def test_nature_cnn_outputs_match_reference(impl, ref, num_actions, frame_stack,
 def test_pixels_reach_the_first_convolution_in_zero_one(impl):
     net = impl.NatureCNN(4, 4)
     seen = []
-    first = layers(net, nn.Conv2d)[0]
+    first = convs_in_call_order(net, 4)[0]
     handle = first.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
     obs = pixels(2, 4, seed=3)
     try:
@@ -173,19 +188,46 @@ def test_one_trunk_learns_from_both_heads(impl):
                                   f"the first convolution ran {len(runs)} times; the trunk must run once for both heads"))
 
 
+@pytest.mark.exercise("NatureCNN")
+def test_the_trunk_and_the_heads_are_the_attributes_the_docstring_names(impl):
+    # network(obs) = actor_head(features(obs)); value(obs) = critic_head(features(obs)); features(obs) is the trunk
+    # on obs / 255 — the scaling in features (its docstring) or as the trunk's first step (the class docstring's
+    # diagram "trunk: obs / 255 → conv ..."): either is allowed (alternative scaling_inside_the_trunk).
+    torch.manual_seed(0)
+    net = impl.NatureCNN(5, 3)
+    obs = pixels(2, 3, seed=4)
+    children = dict(net.named_children())
+    missing = [name for name in ("trunk", "actor_head", "critic_head") if not isinstance(children.get(name), nn.Module)]
+    if missing:
+        raise WrongAnswer(explain("NatureCNN(5, 3)", f"no registered submodule {missing} (its submodules: "
+                                  f"{sorted(children)}): build self.trunk, self.actor_head and self.critic_head",
+                                  [mistake("NatureCNN", "parts_named_otherwise")]))
+    with torch.no_grad():
+        features = net.features(obs)
+        got = {"network(obs)": net(obs), "network.value(obs)": net.value(obs)}
+        expected = {"network(obs)": net.actor_head(features), "network.value(obs)": net.critic_head(features)}
+        problem = compare(got, expected, rtol=1e-5, atol=1e-6)
+        if problem is None and all(compare(features, net.trunk(x), rtol=1e-5, atol=1e-6) for x in (obs / 255.0, obs)):
+            problem = "features(obs) is neither trunk(obs / 255) nor (with the scaling inside the trunk) trunk(obs)"
+    if problem:
+        raise WrongAnswer(explain("NatureCNN(5, 3) on pixels 0–255: logits = actor_head(features(obs)), value = "
+                                  "critic_head(features(obs)), features(obs) = the trunk on obs / 255", problem))
+
+
 # --- EpisodicLife ----------------------------------------------------------------------------------
 
 class ScriptedGame(gym.Env):
     """A game whose lives the test sets: observation = steps into the game; a life is lost every
-    ``lose_every`` steps; the game terminates when the lives reach 0 and truncates after ``truncate_at``
-    steps. It records every action and counts the resets and the seeds they were given."""
+    ``lose_every`` steps and one gained on each step in ``gain_at``; the game terminates when the lives
+    reach 0 and truncates after ``truncate_at`` steps. Its info holds the lives and the step (``frame``).
+    It records every action, and counts the resets and the seeds and options they were given."""
 
     observation_space = spaces.Box(0, np.inf, shape=(1,), dtype=np.float32)
     action_space = spaces.Discrete(4)
 
-    def __init__(self, lives: int = 3, lose_every: int = 3, truncate_at: int | None = None):
-        self.start_lives, self.lose_every, self.truncate_at = lives, lose_every, truncate_at
-        self.resets, self.actions, self.seeds, self.t, self.lives = 0, [], [], 0, lives
+    def __init__(self, lives: int = 3, lose_every: int = 3, truncate_at: int | None = None, gain_at: tuple = ()):
+        self.start_lives, self.lose_every, self.truncate_at, self.gain_at = lives, lose_every, truncate_at, gain_at
+        self.resets, self.actions, self.seeds, self.options, self.t, self.lives = 0, [], [], [], 0, lives
 
     def _obs(self):
         return np.array([self.t], dtype=np.float32)
@@ -194,37 +236,41 @@ class ScriptedGame(gym.Env):
         super().reset(seed=seed)
         self.resets += 1
         self.seeds.append(seed)
+        self.options.append(options)
         self.t, self.lives = 0, self.start_lives
-        return self._obs(), {"lives": self.lives}
+        return self._obs(), {"lives": self.lives, "frame": self.t}
 
     def step(self, action):
         self.actions.append(int(action))
         self.t += 1
         if self.t % self.lose_every == 0:
             self.lives -= 1
+        if self.t in self.gain_at:
+            self.lives += 1
         truncated = self.truncate_at is not None and self.t >= self.truncate_at
-        return self._obs(), float(self.t), self.lives == 0, truncated, {"lives": self.lives}
+        return self._obs(), float(self.t), self.lives == 0, truncated, {"lives": self.lives, "frame": self.t}
 
 
 def play(cls, game: ScriptedGame, script: str) -> list:
     """Run ``script`` ('r' = reset, 's' = step with action 2) through ``cls(game)``; one record per call.
 
     ``wrapper.game_over`` is recorded as the docstrings set it: the game's own ending after a step, False
-    after a reset."""
+    after a reset; ``wrapper.lives`` after every call. Of the info returned, the game's keys are recorded
+    (the wrapper passes it on unchanged; a key it adds is not judged)."""
     env = cls(game)
     trace = []
     for i, call in enumerate(script):
         if call == "r":
-            obs, info = env.reset(seed=100 + i)
-            trace.append({"call": f"#{i} reset", "obs": float(obs[0]), "lives": float(info["lives"]),
+            obs, info = env.reset(seed=100 + i, options={"call": i})
+            trace.append({"call": f"#{i} reset", "obs": float(obs[0]), "info": {k: info.get(k) for k in ("lives", "frame")},
                           "wrapper.lives": float(env.lives), "wrapper.game_over": bool(env.game_over),
-                          "game resets so far": game.resets,
-                          "seed of the last game reset": game.seeds[-1]})
+                          "game resets so far": game.resets, "seed of the last game reset": game.seeds[-1],
+                          "options of the last game reset": game.options[-1]})
         else:
             obs, reward, terminated, truncated, info = env.step(2)
             trace.append({"call": f"#{i} step", "obs": float(obs[0]), "reward": reward, "terminated": bool(terminated),
-                          "truncated": bool(truncated), "lives": float(info["lives"]),
-                          "wrapper.game_over": bool(env.game_over)})
+                          "truncated": bool(truncated), "info": {k: info.get(k) for k in ("lives", "frame")},
+                          "wrapper.lives": float(env.lives), "wrapper.game_over": bool(env.game_over)})
     trace.append({"actions the game received": game.actions})
     return trace
 
@@ -236,6 +282,8 @@ SCRIPTS = {
     "truncated on a lost life": (dict(lives=5, lose_every=4, truncate_at=4), "rssssrss"),
     # a life every step: the NOOP after the first lost life loses the last one, so reset must reset.
     "the NOOP ends the game": (dict(lives=2, lose_every=1), "rsrsrs"),
+    # a life gained on step 2 and lost on step 3: back to the count of the start, and still a lost life.
+    "a life gained, then lost": (dict(lives=3, lose_every=3, gain_at=(2,)), "rsssrs"),
 }
 
 
@@ -282,10 +330,13 @@ def test_episodic_life_on_breakout(impl):
     for _ in range(20_000):
         obs, reward, terminated, truncated, info = env.step(int(rng.integers(4)))
         if terminated or truncated:
+            if "episode_frame_number" not in info:
+                raise WrongAnswer(explain(f"EpisodicLife on {GAME}: step", f"the info returned lost the game's keys "
+                                          f"(it holds {sorted(info)}): pass the game's info on unchanged"))
             game_over, frame = "episode" in info, info["episode_frame_number"]
             obs, info = env.reset()
             lives.append(info["lives"])
-            frames.append((frame, info["episode_frame_number"]))
+            frames.append((frame, info.get("episode_frame_number", -1)))
             if game_over or len(lives) > 7:
                 break
     env.close()

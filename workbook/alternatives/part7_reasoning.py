@@ -104,6 +104,34 @@ def clip_higher_where(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps
     return _reduce(-objective, m, normalisation), stats
 
 
+@part7("clip_higher_loss", "stacked_min_and_more_stats",
+       "the two objectives stacked and torch.min over them, the token mean as a ratio of masked sums, and stats with "
+       "two keys more than the docstring names (a total clip fraction and an approximate KL)")
+def clip_higher_stacked(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28, normalisation="token"):
+    if normalisation not in ("token", "sequence"):
+        raise ValueError("unknown normalisation")
+    m = mask.to(logprobs.dtype)
+    log_ratio = logprobs - old_logprobs
+    ratio = log_ratio.exp()
+    a = advantages.view(-1, 1)
+    both = torch.stack([ratio * a, ratio.clamp(1 - eps_low, 1 + eps_high) * a])
+    per_tok = -both.min(dim=0).values * m
+    n = m.sum(dim=1)
+    if normalisation == "token":
+        loss = per_tok.sum() / n.sum().clamp(min=1)
+    else:
+        has = n > 0
+        loss = (per_tok.sum(dim=1)[has] / n[has]).mean() if has.any() else per_tok.sum()
+    with torch.no_grad():
+        total = m.sum().clamp(min=1)
+        low = ((ratio < 1 - eps_low) & (a < 0)).to(m.dtype) * m
+        high = ((ratio > 1 + eps_high) & (a > 0)).to(m.dtype) * m
+        stats = {"policy/clipfrac_low": low.sum() / total, "policy/clipfrac_high": high.sum() / total,
+                 "policy/clipfrac": (low + high).sum() / total, "policy/ratio": (ratio * m).sum() / total,
+                 "policy/approx_kl": (((ratio - 1) - log_ratio) * m).sum() / total}
+    return loss, stats
+
+
 @part7("gspo_loss", "log_space_clip", "the clip range applied in log space, the pessimistic bound chosen by the advantage's sign")
 def gspo_log_space(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_high=4e-4):
     m = mask.to(logprobs.dtype)

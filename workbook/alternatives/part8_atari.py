@@ -61,6 +61,63 @@ class CNNNamedLayers(_ReferenceCNN):
         return self.actor_head(hidden), self.critic_head(hidden)
 
 
+class _TopDownTrunk(nn.Module):
+    """The trunk with its layers registered from the top (fc first, conv1 last) and applied bottom-up."""
+
+    def __init__(self, frame_stack: int) -> None:
+        super().__init__()
+        self.fc = layer_init(nn.Linear(64 * 7 * 7, 512))
+        self.conv3 = layer_init(nn.Conv2d(64, 64, 3))
+        self.conv2 = layer_init(nn.Conv2d(32, 64, 4, stride=2))
+        self.conv1 = layer_init(nn.Conv2d(frame_stack, 32, 8, stride=4))
+
+    def forward(self, x):
+        for conv in (self.conv1, self.conv2, self.conv3):
+            x = torch.relu(conv(x))
+        return torch.relu(self.fc(x.reshape(len(x), -1)))
+
+
+@part8("NatureCNN", "layers_registered_top_down",
+       "the trunk's layers registered from the last to the first (applied first to last), division by 255 with "
+       "torch.div, and value/forward written on logits_and_value")
+class CNNTopDown(_ReferenceCNN):
+    def __init__(self, num_actions, frame_stack=4):
+        nn.Module.__init__(self)
+        self.critic_head = layer_init(nn.Linear(512, 1), std=1.0)
+        self.actor_head = layer_init(nn.Linear(512, num_actions), std=0.01)
+        self.trunk = _TopDownTrunk(frame_stack)
+
+    def features(self, obs):
+        return self.trunk(torch.div(obs, 255.0))
+
+    def forward(self, obs):
+        return self.logits_and_value(obs)[0]
+
+    def value(self, obs):
+        return self.logits_and_value(obs)[1]
+
+    def logits_and_value(self, obs):
+        hidden = self.features(obs)
+        return self.actor_head(hidden), self.critic_head(hidden)
+
+
+class _Scale(nn.Module):
+    def forward(self, x):
+        return x.float() / 255.0
+
+
+@part8("NatureCNN", "scaling_inside_the_trunk",
+       "the scaling as the trunk's first module (the class docstring's 'trunk: obs / 255 → conv …'), so features is "
+       "the trunk alone")
+class CNNScalingInTrunk(_ReferenceCNN):
+    def __init__(self, num_actions, frame_stack=4):
+        super().__init__(num_actions, frame_stack)
+        self.trunk = nn.Sequential(_Scale(), *self.trunk)
+
+    def features(self, obs):
+        return self.trunk(obs)
+
+
 @part8("EpisodicLife", "real_done_flag_and_early_return",
        "CleanRL's shape: a was_real_done flag, lives compared through a local, and reset with early returns")
 class LifeEarlyReturns(gym.Wrapper):

@@ -108,6 +108,26 @@ def reward_unchecked_find(completions, answers, format_reward=0.1):
     return _score(completions, answers, format_reward, parse, _same_number)
 
 
+@part7("answer_reward", "close_tag_searched_from_the_start",
+       "</answer> was searched from the start of the text, not after the first <answer>: a stray </answer> before "
+       "the pair hid the answer")
+def reward_close_from_start(completions, answers, format_reward=0.1):
+    def parse(text):
+        start, end = text.find("<answer>"), text.find("</answer>")
+        return _ascii_digits(text[start + 8:end]) if start >= 0 and end >= 0 else None
+    return _score(completions, answers, format_reward, parse, _same_number)
+
+
+@part7("answer_reward", "first_well_formed_pair",
+       "the regex <answer>([0-9]+)</answer> found the first *well-formed* pair, so a malformed first answer was "
+       "skipped for a later one")
+def reward_first_well_formed(completions, answers, format_reward=0.1):
+    def parse(text):
+        found = re.search(r"<answer>([0-9]+)</answer>", text)
+        return found.group(1) if found else None
+    return _score(completions, answers, format_reward, parse, _same_number)
+
+
 # --- pass_at_k --------------------------------------------------------------------------
 
 def _check_pass(n, c, k):
@@ -346,6 +366,13 @@ def gspo_per_token(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_h
 @part7("gspo_loss", "eps_swapped", "eps_low and eps_high were swapped")
 def gspo_swapped(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_high=4e-4):
     return _p7.gspo_loss(logprobs, old_logprobs, advantages, mask, eps_high, eps_low)
+
+
+@part7("gspo_loss", "constant_zero_for_an_empty_mask",
+       "an all-zero mask returned torch.tensor(0.0), a 0 with no graph: loss.backward() raises on it")
+def gspo_constant_zero(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_high=4e-4):
+    loss, stats = _p7.gspo_loss(logprobs, old_logprobs, advantages, mask, eps_low, eps_high)
+    return (torch.tensor(0.0) if mask.to(logprobs.dtype).sum() == 0 else loss), stats
 
 
 @part7("cispo_loss", "weight_not_detached", "the clipped weight was not detached: its own gradient joined the update")

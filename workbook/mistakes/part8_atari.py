@@ -80,12 +80,36 @@ class CNNSymmetricScale(_ConfigurableCNN):
         return self.critic_head(self.features(obs))
 
 
+@part8("NatureCNN", "parts_named_otherwise",
+       "the trunk and heads were stored under other names (self.body, self.policy, self.value_fn) than the docstring's "
+       "self.trunk, self.actor_head and self.critic_head")
+class CNNOtherNames(nn.Module):
+    def __init__(self, num_actions, frame_stack=4):
+        super().__init__()
+        reference = _ReferenceCNN(num_actions, frame_stack)
+        self.body, self.policy, self.value_fn = reference.trunk, reference.actor_head, reference.critic_head
+
+    def features(self, obs):
+        return self.body(obs / 255.0)
+
+    def forward(self, obs):
+        return self.policy(self.features(obs))
+
+    def value(self, obs):
+        return self.value_fn(self.features(obs))
+
+    def logits_and_value(self, obs):
+        hidden = self.features(obs)
+        return self.policy(hidden), self.value_fn(hidden)
+
+
 # --- EpisodicLife --------------------------------------------------------------------------------
 
 class _ConfigurableLife(_ReferenceLife):
     """The reference wrapper with switches, one per mistake below."""
 
     always_reset = no_terminal = stale_lives = truncation_continues = ignore_noop_end = as_truncation = False
+    lives_only_on_loss = drop_options = new_info = False
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -96,10 +120,12 @@ class _ConfigurableLife(_ReferenceLife):
                 truncated = True
             else:
                 terminated = True
-        self.lives = lives
-        return obs, reward, terminated, truncated, info
+        if lives < self.lives or not self.lives_only_on_loss:
+            self.lives = lives
+        return obs, reward, terminated, truncated, ({"lives": lives} if self.new_info else info)
 
     def reset(self, *, seed=None, options=None):
+        options = None if self.drop_options else options
         if self.game_over or self.always_reset:
             obs, info = self.env.reset(seed=seed, options=options)
         else:
@@ -143,6 +169,23 @@ class LifeTruncationContinues(_ConfigurableLife):
 @part8("EpisodicLife", "noop_ending_ignored", "when the NOOP after a lost life ended the game, reset did not reset it")
 class LifeNoopEndIgnored(_ConfigurableLife):
     ignore_noop_end = True
+
+
+@part8("EpisodicLife", "lives_updated_only_on_loss",
+       "self.lives was updated only when a life was lost, so a life gained in play was never seen and the next loss "
+       "went unnoticed")
+class LifeUpdatedOnlyOnLoss(_ConfigurableLife):
+    lives_only_on_loss = True
+
+
+@part8("EpisodicLife", "reset_options_dropped", "reset passed the seed to the game but not the options")
+class LifeDropsOptions(_ConfigurableLife):
+    drop_options = True
+
+
+@part8("EpisodicLife", "info_replaced", "step returned a new info dict holding only the lives, dropping the game's other keys")
+class LifeNewInfo(_ConfigurableLife):
+    new_info = True
 
 
 # --- compute_atari_objective ------------------------------------------------------------------------
@@ -191,3 +234,17 @@ def objective_old_values(network, critic, minibatch, args):
 def objective_two_passes(network, critic, minibatch, args):
     return _objective(network, critic, minibatch, args, two_passes=True)
 
+
+def _hard_coded(**fixed):
+    def objective(network, critic, minibatch, args):
+        from dataclasses import replace
+        return _objective(network, critic, minibatch, replace(args, **fixed))
+    return objective
+
+
+objective_clip_hard_coded = part8("compute_atari_objective", "clip_coef_hard_coded",
+                                  "clip_coef was ignored (always CleanRL's Atari 0.1)")(_hard_coded(clip_coef=0.1))
+objective_vf_hard_coded = part8("compute_atari_objective", "vf_coef_hard_coded",
+                                "vf_coef was ignored (always 0.5)")(_hard_coded(vf_coef=0.5))
+objective_ent_hard_coded = part8("compute_atari_objective", "ent_coef_hard_coded",
+                                 "ent_coef was ignored (always 0.01)")(_hard_coded(ent_coef=0.01))
