@@ -229,7 +229,10 @@ def clip_higher_loss(
         "token":     Σ_bt per_tok / Σ_b n_b               DAPO: every token weighs the same
         "sequence":  mean over rows with n_b > 0 of (Σ_t per_tok / n_b)      GRPO's 1/|o|
 
-    A row with no real token (masked out) adds nothing; if no row has one, the loss is 0.
+    A row with no real token (masked out) adds nothing; if no row has one, the loss is 0, and
+    still a tensor that ``loss.backward()`` runs through (build it from ``logprobs``, e.g.
+    ``(per_tok * mask).sum()``): the trainer calls backward on every minibatch, and one whose
+    completions were all truncated must not stop training.
     ``stats`` (detached 0-dim tensors, token means over real tokens): ``policy/clipfrac_low``
     = share of tokens where the lower clip binds (A < 0 and ratio < 1 − eps_low),
     ``policy/clipfrac_high`` = share where the upper clip binds (A > 0 and ratio > 1 + eps_high),
@@ -263,7 +266,8 @@ def gspo_loss(
 
         s_b      = exp( Σ_t (logprobs − old_logprobs)_bt · mask_bt / n_b )     = (π/π_old)(o_b)^(1/n_b)
         loss_b   = −min(s_b · A_b, clip(s_b, 1 − eps_low, 1 + eps_high) · A_b)
-        loss     = mean of loss_b over rows with n_b > 0                (0 if there are none)
+        loss     = mean of loss_b over rows with n_b > 0     (0 if there are none: a 0 that
+                                                              backward() runs through, as in clip_higher_loss)
 
     ``stats`` (detached 0-dim tensors, means over rows with tokens): ``policy/clipfrac_low``
     (A_b < 0 and s_b < 1 − eps_low), ``policy/clipfrac_high`` (A_b > 0 and s_b > 1 + eps_high),
@@ -300,7 +304,7 @@ def cispo_loss(
         per_tok  = −w · A · logprobs,        A = advantages[:, None]
 
     reduced as :func:`clip_higher_loss` does ("token" or "sequence"; rows without tokens add
-    nothing, no tokens at all gives 0). ``sg`` is stop-gradient (``detach``): the gradient is
+    nothing, no tokens at all gives a 0 that backward() runs through). ``sg`` is stop-gradient (``detach``): the gradient is
     ``−w · A · ∇log π`` — REINFORCE weighted by a capped importance weight. ``stats``
     (detached 0-dim tensors, token means): ``policy/clipfrac_low`` (ratio < 1 − eps_low),
     ``policy/clipfrac_high`` (ratio > 1 + eps_high) — whatever the advantage's sign, since

@@ -136,8 +136,8 @@ class NatureCNN(nn.Module):
     def features(self, obs: Float[Tensor, "batch frames 84 84"]) -> Float[Tensor, "batch 512"]:
         """The trunk's output for pixel observations (uint8 or float, values 0–255).
 
-        Scale to [0, 1] here, inside the network: ``obs / 255.0`` (which also turns uint8 into
-        float), then the trunk. Why inside: everything else — the emulator, the memory, the
+        Scale to [0, 1] inside the network: ``obs / 255.0`` (which also turns uint8 into
+        float), here before the trunk or as the trunk's first step (the diagram above). Why inside: everything else — the emulator, the memory, the
         evaluation, the video — handles raw pixels, and every caller of the network gets the
         same scaling without a chance to forget it.
 
