@@ -513,7 +513,7 @@ def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend
             from tqdm import tqdm
 
             bar = tqdm(total=args.iterations, initial=run.start, unit="it", dynamic_ncols=True, desc=args.algo,
-                       file=sys.stdout, disable=None)  # None: no bar when the output is not a terminal (as CartPole's)
+                       file=sys.stdout)
         every = args.checkpoint_every or max(1, args.iterations // 10)
         status, bad = "finished", None
         try:
