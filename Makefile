@@ -13,11 +13,13 @@ TORCH_SPEC ?= torch==2.13.0
 
 # torch first, with pip (TORCH_SPEC); then the rest with uv (seconds, where pip takes about a minute),
 # or with pip where uv cannot be had. torch is already there, so uv keeps it and never looks for a build.
+# --compile-bytecode: pip writes .pyc files at install, uv only when asked; without them every test
+# subprocess compiles gymnasium, transformers, wandb, ... again (where PYTHONDONTWRITEBYTECODE is set).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet uv && $(PY) -m uv pip install --quiet --python $(PY) -e ".[dev,hf]" \
+	$(PY) -m pip install --quiet uv && $(PY) -m uv pip install --quiet --compile-bytecode --python $(PY) -e ".[dev,hf]" \
 		|| $(PY) -m pip install --quiet -e ".[dev,hf]"
 	touch $@
 
