@@ -25,9 +25,8 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-# On every core (pytest-xdist: one worker per core; the meta-run starts once, on the controller).
 test: $(VENV)/.installed
-	$(PY) -m pytest --impl=solutions -n auto
+	$(PY) -m pytest --impl=solutions
 
 main: $(VENV)/.installed
 	$(PY) -m workbook main

@@ -104,15 +104,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.workbook_shard = (int(shard), int(shards))
     config.workbook_impl = choice
     config.workbook_records = []
-    # Under pytest-xdist (`make test`) the workers attach their records to the reports they send,
-    # and the controller alone keeps them, writes --workbook-report and prints the summary.
-    config.workbook_worker = hasattr(config, "workerinput")
     path = config.getoption("--workbook-report")
-    config.workbook_report = Path(path) if path and not config.workbook_worker else None
+    config.workbook_report = Path(path) if path else None
     if config.workbook_report:
         config.workbook_report.write_text("")
-    if getattr(config.option, "dist", "no") != "no" and not config.workbook_worker:
-        config.pluginmanager.register(_RecordsFromWorkers(config), "workbook-records-from-workers")
     # Small models on 2 cores: one thread is faster and far steadier.
     torch.set_num_threads(1)
     # Hypothesis: no example database in the work tree; with known mistakes, skip shrinking
@@ -124,24 +119,11 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.load_profile("workbook-mistakes" if choice in VARIANT_RUNS else "workbook")
 
 
-def _record(config: pytest.Config, record: dict, report: pytest.TestReport | None = None) -> None:
+def _record(config: pytest.Config, record: dict) -> None:
     config.workbook_records.append(record)
     if config.workbook_report:
         with config.workbook_report.open("a") as f:
             f.write(json.dumps(record) + "\n")
-    if report is not None and config.workbook_worker:  # sent to the controller with the report
-        report.workbook_records = [*getattr(report, "workbook_records", ()), record]
-
-
-class _RecordsFromWorkers:
-    """pytest-xdist's controller: the records each worker attached to its test reports."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        for record in getattr(report, "workbook_records", ()):
-            _record(self.config, record)
 
 
 def _exercise_of(item: pytest.Item) -> tuple[str, str, int] | None:
@@ -263,17 +245,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if config.workbook_impl in VARIANT_RUNS:
         return
-    config.workbook_collected = {}
-    for index, item in enumerate(session.items):
+    for item in session.items:
         found = _exercise_of(item)
         if found:
             part, exercise, points = found
-            record = {"kind": "collected", "nodeid": item.nodeid, "part": part, "exercise": exercise, "points": points,
-                      "index": index}
-            if config.workbook_worker:  # sent with the test's setup report (the controller collects nothing)
-                config.workbook_collected[item.nodeid] = record
-            else:
-                _record(config, record)
+            _record(config, {"kind": "collected", "nodeid": item.nodeid, "part": part, "exercise": exercise, "points": points})
 
 
 # --- hangs ----------------------------------------------------------------------------
@@ -373,8 +349,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     config = item.config
-    if report.when == "setup" and item.nodeid in getattr(config, "workbook_collected", {}):
-        _record(config, config.workbook_collected[item.nodeid], report)
     failed_here = report.failed and call.excinfo is not None
     stub = None
     if failed_here and config.workbook_impl == "exercises" and call.excinfo.errisinstance(NotImplementedError):
@@ -429,7 +403,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             if (v.kind == "mistake" and status == "failed" and config.getoption("--mistakes-stop-when-named")
                     and f"[known mistake: {v.name}]" in record["full_text"]):
                 config.__dict__.setdefault("_workbook_named_mistakes", set()).add(v.choice)
-        _record(config, record, report)
+        _record(config, record)
 
 
 _WRITTEN: dict[str, set[str]] = {}
@@ -467,8 +441,7 @@ def _failure_text(call: pytest.CallInfo) -> str:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    # Collection order (records from xdist workers arrive in the order their tests ran).
-    records = sorted(config.workbook_records, key=lambda r: (r["kind"] != "collected", r.get("index", 0)))
+    records = config.workbook_records
     if config.workbook_impl in VARIANT_RUNS:
         results = [r for r in records if r.get("mistake")]
         caught = {r["mistake"] for r in results if r["outcome"] == "failed"}
