@@ -20,6 +20,7 @@ from torch import nn
 
 from workbook.atari import make_atari_env
 from workbook.checking import WrongAnswer, check_exercise, compare, explain, known_mistake
+from workbook.promises import layers_in_call_order
 
 PART = "part8_atari"
 POINTS = {"NatureCNN": 3, "EpisodicLife": 3, "compute_atari_objective": 2}
@@ -45,16 +46,9 @@ def layers(net: nn.Module, kind: type) -> list[nn.Module]:
 def convs_in_call_order(net: nn.Module, frame_stack: int) -> list[nn.Conv2d]:
     """The network's convolutions in the order ``logits_and_value`` applies them (by role, not by the order the
     constructor registered them); any it never applies follow, in registration order."""
-    order: list[nn.Module] = []
-    convs = layers(net, nn.Conv2d)
-    hooks = [m.register_forward_hook(lambda m, *_: order.append(m) if m not in order else None) for m in convs]
-    try:
-        with torch.no_grad():
-            net.logits_and_value(pixels(1, frame_stack, seed=0))
-    finally:
-        for h in hooks:
-            h.remove()
-    return order + [m for m in convs if m not in order]
+    order = layers_in_call_order(net, pixels(1, frame_stack, seed=0), call="network.logits_and_value(obs)",
+                                 kind=nn.Conv2d, method="logits_and_value")
+    return order + [m for m in layers(net, nn.Conv2d) if m not in order]
 
 
 def gain(weight: torch.Tensor) -> tuple[float, bool]:

@@ -88,17 +88,23 @@ def assert_no_graph(value: Any, call: str, what: str = "output", labels: Iterabl
 
 def linears_in_call_order(net: nn.Module, *inputs: Any, call: str) -> list[nn.Linear]:
     """The ``nn.Linear`` modules of ``net`` in the order ``net(*inputs)`` applies them (each once)."""
-    order: list[nn.Linear] = []
+    return layers_in_call_order(net, *inputs, call=call)
+
+
+def layers_in_call_order(net: nn.Module, *inputs: Any, call: str, kind: type[nn.Module] = nn.Linear,
+                         method: str = "__call__") -> list[nn.Module]:
+    """The ``kind`` modules of ``net`` in the order ``getattr(net, method)(*inputs)`` applies them (each once)."""
+    order: list[nn.Module] = []
     hooks = [m.register_forward_hook(lambda m, i, o: order.append(m) if m not in order else None)
-             for m in net.modules() if isinstance(m, nn.Linear)]
+             for m in net.modules() if isinstance(m, kind)]
     try:
         with torch.no_grad():
-            net(*inputs)
+            getattr(net, method)(*inputs)
     finally:
         for h in hooks:
             h.remove()
     if not order:
-        raise WrongAnswer(explain(call, "the forward pass applied no nn.Linear layer"))
+        raise WrongAnswer(explain(call, f"the forward pass applied no nn.{kind.__name__} layer"))
     return order
 
 

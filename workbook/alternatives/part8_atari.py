@@ -80,7 +80,7 @@ class _TopDownTrunk(nn.Module):
 @part8("NatureCNN", "layers_registered_top_down",
        "the trunk's layers registered from the last to the first (applied first to last), division by 255 with "
        "torch.div, and value/forward written on logits_and_value")
-class CNNTopDown(_ReferenceCNN):
+class CNNTopDown(CNNNamedLayers):  # forward/value/logits_and_value as CNNNamedLayers writes them
     def __init__(self, num_actions, frame_stack=4):
         nn.Module.__init__(self)
         self.critic_head = layer_init(nn.Linear(512, 1), std=1.0)
@@ -89,16 +89,6 @@ class CNNTopDown(_ReferenceCNN):
 
     def features(self, obs):
         return self.trunk(torch.div(obs, 255.0))
-
-    def forward(self, obs):
-        return self.logits_and_value(obs)[0]
-
-    def value(self, obs):
-        return self.logits_and_value(obs)[1]
-
-    def logits_and_value(self, obs):
-        hidden = self.features(obs)
-        return self.actor_head(hidden), self.critic_head(hidden)
 
 
 class _Scale(nn.Module):
