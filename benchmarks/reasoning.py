@@ -19,7 +19,8 @@ slows every number down).
 
 The last line is one JSON object: ``{"default": ALGO, "seeds": [...], "tasks": {TASK:
 {"algorithms": {ALGO: {"pass1_before", "pass1_after", "pass16_before", "pass16_after",
-"format_valid_after", "train_wall_s"}}}}, "main_task": TASK}`` (medians over the seeds).
+"format_valid_after", "train_wall_s"}}}}, "runs": [{"task", "algo", "seed", the same keys, "s_to_095"}, …],
+"kernels": ATEN_CPU_CAPABILITY or "native", "main_task": TASK}`` (medians over the seeds, then every run).
 """
 
 from __future__ import annotations
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     impl = load_part7(ns.impl)
     results: dict[str, dict[str, list[dict]]] = {}
     curves: dict[str, dict] = {}
+    runs: list[dict] = []
     for task in ns.tasks:
         base, tok = load_or_pretrain_reasoner(task, progress=ns.progress)
         base = base.to(ns.device)
@@ -155,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                        "length_after": a["length"], "samples_per_s": args.batch_size * summary["iterations"] / summary["ppo_wall_s"],
                        "s_to_095": seconds_to(Path(summary["run_dir"]) / "metrics.jsonl", 0.95)}
                 results.setdefault(task, {}).setdefault(algo, []).append(row)
+                runs.append({"task": task, "algo": algo, "seed": seed} | {k: row[k] for k in KEYS + ("s_to_095",)})
                 say(f"{task:<15} {algo:<8} seed {seed}: pass@1 {row['pass1_before']:.3f} → {row['pass1_after']:.3f}, pass@16 "
                     f"{row['pass16_before']:.3f} → {row['pass16_after']:.3f}, well-formed {row['format_valid_after']:.3f}, "
                     f"{row['train_wall_s']:.1f} s", flush=True)
@@ -201,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"goal ({DEFAULT_ALGO} on {MAIN_TASK}: pass@1 ≥ 0.95 and ≥ base + 0.30 in ≤ 60 s, ≥ 99 % well-formed): "
               f"{sum(ok)} of {len(ok)} seeds")
     print(f"load average (1 min) at start {load_start[0]:.2f}, at end {load_end[0]:.2f} on {os.cpu_count()} cores, 1 torch thread")
-    print(json.dumps({"default": DEFAULT_ALGO, "seeds": ns.seeds, "tasks": table,
+    print(json.dumps({"default": DEFAULT_ALGO, "seeds": ns.seeds, "tasks": table, "runs": runs,
+                      "kernels": os.environ.get("ATEN_CPU_CAPABILITY", "native"),
                       "main_task": MAIN_TASK if MAIN_TASK in table else next(iter(table))}), flush=True)
     return 0
 

@@ -4,10 +4,12 @@ Part 3 starts from a model that already writes fluent reviews of every
 sentiment; RLHF then only has to *shift* what it says. This module trains that
 model from scratch on the CPU in under a minute, and `load_or_pretrain`
 keeps the result under a cache directory keyed by a hash of the settings, so
-it is trained once per machine and configuration.
+it is trained once per machine and configuration. The default model is not
+trained here at all: it ships with the workbook (``base_models/``, checked
+against its sha256), because the same recipe on another CPU gives another model.
 
-    python -m workbook pretrain                    # default model: trained once, then read from the cache
-    python -m workbook pretrain --overwrite        # retrain it (replacing the cached one)
+    python -m workbook pretrain                    # the default model: it ships with the workbook (base_models/)
+    python -m workbook pretrain --overwrite        # rebuild it here (into the cache, which is then read first)
     python -m workbook pretrain --seeds 0 1 2      # one model per seed (each cached)
     python -m workbook pretrain --steps 200 --out /tmp/lm.pt
 """
@@ -38,7 +40,7 @@ from workbook.runs import check_can_create, command
 
 # Bump when the corpus, tokenizer or training code changes what a given set of
 # arguments produces, so stale cached checkpoints are not reused.
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: the default model ships (base_models/); older caches were machine-made
 
 
 def default_cache_dir() -> str:
@@ -260,17 +262,58 @@ def load_or_pretrain(args: PretrainArgs | None = None, *, progress: bool = True)
         model, tok, stats = pretrain(args, progress=progress)
         return model, tok, {"args": _plain_args(args), "stats": stats}
 
-    return cached_model(checkpoint_path(args), train, "the review model", progress=progress)
+    return cached_model(checkpoint_path(args), train, "the review model", progress=progress,
+                        shipped=shipped_checkpoint("review", args.cache_key()))
 
 
-def cached_model(path: Path, train, what: str, *, progress: bool = True) -> tuple[GPT, CharTokenizer]:
-    """The checkpoint at ``path``, or ``train() -> (model, tok, extra)`` run once and saved there (with ``extra``)."""
+BASE_MODELS_DIR = Path(__file__).resolve().parent / "base_models"
+"""The base models that ship with the workbook (``MANIFEST.json`` there: file, sha256, cache key, how built)."""
+
+
+def shipped_base_models() -> dict[str, dict]:
+    """The manifest of the shipped base models: name -> {"file", "sha256", "cache_key", ...}."""
+    manifest = BASE_MODELS_DIR / "MANIFEST.json"
+    return json.loads(manifest.read_text()) if manifest.exists() else {}
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def shipped_checkpoint(name: str, cache_key: str) -> Path | None:
+    """The shipped base model ``name`` if it was built from the recipe whose cache key is ``cache_key``, else None.
+
+    Why ship weights at all: pretraining is chaotic. The same code and seed on another CPU (or under
+    another ``ATEN_CPU_CAPABILITY``) rounds differently in its last bit, and 2,400 steps later that is
+    another model with other mistakes (docs/base_models.md measures it). A shipped file is the same
+    model everywhere; its checksum is verified on every load.
+    """
+    entry = shipped_base_models().get(name)
+    if entry is None or entry["cache_key"] != cache_key:
+        return None
+    path = BASE_MODELS_DIR / entry["file"]
+    if file_sha256(path) != entry["sha256"]:
+        raise RuntimeError(f"the shipped base model {path} does not match its checksum in MANIFEST.json "
+                           "(a damaged install?): reinstall the workbook, or rebuild it with python -m workbook pretrain")
+    return path
+
+
+def cached_model(path: Path, train, what: str, *, progress: bool = True,
+                 shipped: Path | None = None) -> tuple[GPT, CharTokenizer]:
+    """The checkpoint at ``path``; else the ``shipped`` one; else ``train() -> (model, tok, extra)`` run once and saved at ``path``.
+
+    The cache comes first so that a model rebuilt on purpose (``python -m workbook pretrain
+    --overwrite``) is the one used; delete it to go back to the shipped one.
+    """
     if path.exists():
         try:
             model, tok, _ = load_checkpoint(path)
             return model, tok
         except Exception as e:  # a corrupt or foreign file: retrain rather than fail
             print(f"ignoring unreadable checkpoint {path}: {e}", file=sys.stderr)
+    if shipped is not None:
+        model, tok, _ = load_checkpoint(shipped)
+        return model, tok
     if progress:
         print(f"pretraining {what} (once; cached at {path})", flush=True)
     model, tok, extra = train()
@@ -322,10 +365,16 @@ def pretrain_one(args: PretrainArgs, ns) -> None:
     if len(ns.seeds) > 1:
         print(f"== seed {args.seed} ==", flush=True)
     cached = checkpoint_path(args)
+    shipped = shipped_checkpoint("review", args.cache_key())
     if ns.out is None and not ns.overwrite and cached.exists():
         model, tok, extra = load_checkpoint(cached)
         stats = extra["stats"]
         print(f"using the cached model {cached} (--overwrite retrains)")
+    elif ns.out is None and not ns.overwrite and shipped is not None:
+        model, tok, extra = load_checkpoint(shipped)
+        stats = extra["stats"]
+        print(f"using the model that ships with the workbook, {shipped} (the same on every machine); --overwrite rebuilds "
+              f"it here into {cached}, which is then used instead (pretraining is chaotic: docs/base_models.md)")
     else:
         model, tok, stats = pretrain(args, progress=True)
         out = Path(ns.out) if ns.out else cached

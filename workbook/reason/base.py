@@ -20,12 +20,12 @@ from types import ModuleType
 import torch
 
 from workbook.lm.model import GPT
-from workbook.lm.pretrain import PretrainArgs, cached_model, pretrain
+from workbook.lm.pretrain import PretrainArgs, cached_model, pretrain, shipped_checkpoint
 from workbook.lm.tokenizer import CharTokenizer, pad_batch
 from workbook.reason.task import ALPHABET, CORPUS_SLIP, Problem, _check_task, corpus_texts
 
 # Bump when the corpus format or the task's generator changes what the same settings produce.
-REASON_CACHE_VERSION = 1
+REASON_CACHE_VERSION = 2  # 2: the default models ship (workbook/lm/base_models/)
 MAX_NEW_TOKENS = 64
 """Longest completion sampled: the longest worked solution is 45 characters + EOS, so a
 model that rambles is cut off (truncated) with room to spare; prompt + completion fit block_size 80."""
@@ -86,7 +86,8 @@ def load_or_pretrain_reasoner(task: str, args: PretrainArgs | None = None, *, pr
         plain = {k: v for k, v in dataclasses.asdict(args).items() if k != "cache_dir"}
         return model, tok, {"task": task, "args": plain, "stats": stats}
 
-    return cached_model(reasoner_checkpoint_path(task, args), train, f"the {task} model", progress=progress)
+    return cached_model(reasoner_checkpoint_path(task, args), train, f"the {task} model", progress=progress,
+                        shipped=shipped_checkpoint(task, reasoner_cache_key(task, args)))
 
 
 @torch.no_grad()

@@ -182,3 +182,41 @@ def corpus_texts(task: str, n: int, seed: int = 0, slip: float | None = None) ->
         a, b = (int(x) for x in p.prompt[:-1].replace("*", "+").split("+"))
         out.append(p.prompt + worked_solution(task, a, b, slip, rng))
     return out
+
+
+class _Forget:
+    """A stand-in for ``random.Random`` whose draws forget the due carries a bit pattern names."""
+
+    def __init__(self, bits: int):
+        self.bits = bits
+
+    def random(self) -> float:
+        forget, self.bits = self.bits & 1, self.bits >> 1
+        return 0.0 if forget else 1.0
+
+
+def slipped_solutions(task: str, a: int, b: int) -> set[str]:
+    """Every worked solution of ``a`` op ``b`` that forgets at least one due carry (and is wrong or right by luck)."""
+    right = worked_solution(task, a, b)
+    columns = len(str(a))
+    return {worked_solution(task, a, b, 1.0, _Forget(bits)) for bits in range(1, 2 ** columns)} - {right}
+
+
+def mistake_profile(task: str, prompts: list[str], completions: list[str]) -> dict[str, float]:
+    """Shares of ``completions`` that are right, slips (a forgotten carry, consistent afterwards), or anything else.
+
+    "right" is the exact worked solution (scratchpad and answer); a completion with the right
+    answer and another scratchpad counts under "other". The three shares sum to 1.
+    """
+    if len(prompts) != len(completions) or not prompts:
+        raise ValueError("need one completion per prompt, at least one")
+    counts = {"right": 0, "slip": 0, "other": 0}
+    for prompt, text in zip(prompts, completions):
+        a, b = (int(x) for x in prompt[:-1].replace("*", "+").split("+"))
+        if text == worked_solution(task, a, b):
+            counts["right"] += 1
+        elif text in slipped_solutions(task, a, b):
+            counts["slip"] += 1
+        else:
+            counts["other"] += 1
+    return {k: v / len(prompts) for k, v in counts.items()}

@@ -1,0 +1,176 @@
+"""Check the README's headline figures on your machine: each claim, what it measured, holds or not.
+
+    python benchmarks/check_figures.py            # the quick claims (about 5 minutes on 2 cores)
+    python benchmarks/check_figures.py --slow     # every claim (about 25 minutes more; Atari adds 15 per seed)
+    python benchmarks/check_figures.py --only reason-dapo-seed0 base-addition
+    make check-figures                            # the same as the first line (SLOW=1 for the second)
+
+This file is the source of truth for the figures: each claim's ``text`` is quoted word for word in
+the pages it lists (README.md, docs/…), and ``tests/test_figures.py`` fails when a page no longer
+quotes it, so a figure cannot change in the docs without its check changing here.
+
+Each claim is a range measured over seeds and CPU kernel sets (``ATEN_CPU_CAPABILITY=default``,
+``avx2``, ``avx512``: what another machine's rounding looks like; docs/base_models.md), not one
+machine's number. A claim about wall time also depends on how fast and how busy your machine is:
+its range says which machine it came from.
+
+Every claim runs one of the benchmark scripts in a subprocess (each prints JSON last) under
+``--runs-dir`` (a new folder each time), then prints one line per claim: ``holds`` or ``does not
+hold``, with what it measured. Exit status 0 when every checked claim holds, 1 otherwise. The last
+line is one JSON object: ``{"claims": [{"id", "text", "measured", "holds"}, …], "all_hold"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from workbook.cli import make_parser, require  # noqa: E402
+from workbook.runs import command  # noqa: E402
+
+PY = sys.executable
+
+
+@dataclass(frozen=True)
+class Source:
+    """One benchmark command whose JSON answers one or more claims."""
+
+    argv: tuple[str, ...]
+    minutes: float
+    """About how long it takes on an idle 2-core machine."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    text: str
+    """Quoted word for word in every page of ``pages``."""
+    pages: tuple[str, ...]
+    source: str
+    check: Callable[[dict], tuple[str, bool]]
+    """JSON of the source -> (what was measured, in words; whether the claim holds)."""
+    slow: bool = False
+
+
+def _runs(out: dict, **match) -> list[dict]:
+    return [r for r in out["runs"] if all(r[k] == v for k, v in match.items())]
+
+
+def _base(task: str, lo: float, hi: float, pass16_lo: float):
+    def check(out: dict) -> tuple[str, bool]:
+        (row,) = _runs(out, task=task)
+        said = f"pass@1 {row['pass1']:.3f}, pass@16 {row['pass16']:.3f}"
+        return said, lo <= row["pass1"] <= hi and row["pass16"] >= pass16_lo
+    return check
+
+
+def _dapo(task: str, lo: float, hi: float, seeds: int):
+    def check(out: dict) -> tuple[str, bool]:
+        rows = _runs(out, task=task, algo="dapo")
+        said = ", ".join(f"seed {r['seed']}: {r['pass1_before']:.3f} → {r['pass1_after']:.3f}" for r in rows)
+        return said, len(rows) == seeds and all(lo <= r["pass1_after"] <= hi for r in rows)
+    return check
+
+
+def _multiplication(out: dict) -> tuple[str, bool]:
+    rows = _runs(out, task="multiplication", algo="dapo")
+    said = ", ".join(f"seed {r['seed']}: pass@1 {r['pass1_before']:.3f} → {r['pass1_after']:.3f}, pass@16 "
+                     f"{r['pass16_before']:.3f} → {r['pass16_after']:.3f}" for r in rows)
+    return said, len(rows) == 3 and all(r["pass1_after"] - r["pass1_before"] <= 0.10 and r["pass16_after"] < r["pass16_before"]
+                                        for r in rows)
+
+
+def _cartpole(out: dict) -> tuple[str, bool]:
+    said = f"ours {out['ours_median_wall_s']} s, CleanRL {out['cleanrl_median_wall_s']} s: {out['speedup']}×"
+    return said, bool(out["speedup"] and out["speedup"] >= 20)
+
+
+def _atari(out: dict) -> tuple[str, bool]:
+    said = (f"ours {out['ours']['median_return_last20']} over the last 20 games (median of seeds), "
+            f"CleanRL {out['cleanrl']['median_return_last20']}")
+    return said, out.get("ours_reached_goal") == len(out["seeds"])
+
+
+SOURCES = {
+    "base": Source(("benchmarks/base_models.py", "--shipped", "--tasks", "addition", "multiplication"), 1),
+    "dapo-seed0": Source(("benchmarks/reasoning.py", "--tasks", "addition", "--algos", "dapo", "--seeds", "0",
+                          "--curve-n", "1", "--no-progress"), 3),
+    "dapo-3": Source(("benchmarks/reasoning.py", "--algos", "dapo", "--seeds", "0", "1", "2", "--curve-n", "1",
+                      "--no-progress"), 12),
+    "cartpole": Source(("benchmarks/cartpole.py", "--vs-cleanrl", "--seeds", "1", "2", "3"), 2),
+    "atari": Source(("benchmarks/atari.py", "--seeds", "1", "--concurrent"), 16),
+}
+
+CLAIMS = (
+    Claim("base-addition", "the shipped addition base model: held-out pass@1 0.55–0.57, pass@16 ≥ 0.98",
+          ("README.md", "docs/base_models.md"), "base", _base("addition", 0.55, 0.57, 0.98)),
+    Claim("base-multiplication", "the shipped multiplication base model: held-out pass@1 0.29–0.32, pass@16 ≥ 0.72",
+          ("docs/base_models.md",), "base", _base("multiplication", 0.29, 0.32, 0.72)),
+    Claim("reason-dapo-seed0", "`python -m workbook reason` (DAPO, seed 0) ends at held-out pass@1 ≥ 0.95",
+          ("README.md", "docs/reasoning.md"), "dapo-seed0", _dapo("addition", 0.95, 1.0, 1)),
+    Claim("reason-dapo", "DAPO lifts held-out pass@1 on three-digit addition from 0.55–0.57 to 0.97–0.99 on every seed and kernel set",
+          ("README.md", "docs/reasoning.md"), "dapo-3", _dapo("addition", 0.97, 0.995, 3), slow=True),
+    Claim("reason-multiplication", "on multiplication pass@1 moves by at most 0.10 and pass@16 falls, on every seed and kernel set",
+          ("README.md", "docs/reasoning.md"), "dapo-3", _multiplication, slow=True),
+    Claim("cartpole-speed", "ours solves CartPole at least 20× faster than CleanRL's `ppo.py`",
+          ("README.md", "docs/cartpole.md"), "cartpole", _cartpole),
+    Claim("atari-goal", "Breakout reaches ≥ 8.5 points (5× random play) in 15 minutes on every seed measured",
+          ("README.md", "docs/atari.md"), "atari", _atari, slow=True),
+)
+
+
+def run_source(name: str, runs_dir: Path) -> dict:
+    """Run one benchmark; its JSON last line."""
+    argv = list(SOURCES[name].argv)
+    if name.startswith("dapo"):
+        argv += ["--runs-dir", str(runs_dir / name)]
+    if name == "atari":
+        argv += ["--runs-dir", str(runs_dir / name)]
+    print(f"running {' '.join(argv)}  (about {SOURCES[name].minutes:g} min)", flush=True)
+    done = subprocess.run([PY, *argv], cwd=ROOT, capture_output=True, text=True, check=False)
+    (runs_dir / f"{name}.log").write_text(done.stdout + done.stderr)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"{argv[0]} failed (exit {done.returncode}); its output: {runs_dir / f'{name}.log'}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@command
+def main(argv: list[str] | None = None) -> int:
+    p = make_parser("benchmarks/check_figures.py", __doc__.split("\n\n")[0])
+    p.add_argument("--slow", action="store_true", help="also the slow claims (every seed, Atari)")
+    p.add_argument("--only", nargs="+", default=None, metavar="ID", help=f"these claims ({', '.join(c.id for c in CLAIMS)})")
+    p.add_argument("--runs-dir", default=None, help="where the benchmarks' runs go (default: runs/check-figures-<time>)")
+    ns = p.parse_args(argv)
+    known = {c.id for c in CLAIMS}
+    for cid in ns.only or ():
+        require(cid in known, "--only", f"no claim {cid!r} (claims: {', '.join(sorted(known))})")
+    chosen = [c for c in CLAIMS if (c.id in ns.only if ns.only else ns.slow or not c.slow)]
+    runs_dir = Path(ns.runs_dir or f"runs/check-figures-{time.strftime('%Y%m%d-%H%M%S')}")
+    require(not runs_dir.exists(), "--runs-dir", f"{runs_dir} already exists; pick another")
+    runs_dir.mkdir(parents=True)
+    minutes = sum(SOURCES[s].minutes for s in {c.source for c in chosen})
+    print(f"checking {len(chosen)} claims, about {minutes:g} minutes on an idle 2-core machine; logs in {runs_dir}", flush=True)
+    outputs: dict[str, dict] = {}
+    results = []
+    for claim in chosen:
+        if claim.source not in outputs:
+            outputs[claim.source] = run_source(claim.source, runs_dir)
+        measured, holds = claim.check(outputs[claim.source])
+        results.append({"id": claim.id, "text": claim.text, "measured": measured, "holds": holds})
+        print(f"{'holds        ' if holds else 'DOES NOT HOLD'}  {claim.text}\n               measured: {measured}", flush=True)
+    all_hold = all(r["holds"] for r in results)
+    print(f"{sum(r['holds'] for r in results)} of {len(results)} claims hold on this machine")
+    print(json.dumps({"claims": results, "all_hold": all_hold}))
+    return 0 if all_hold else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
