@@ -45,6 +45,8 @@ CHECK_FIRST_ENV = "WORKBOOK_CHECK_FIRST"
 """Set to N: a check runs only the first N tests of the exercise (the CI smoke run of every notebook)."""
 
 _state = {"part": None}
+last_exit_code: int | None = None
+"""The exit status of the last :func:`train` (as the command line's: 0 solved, 1 not solved, 130 interrupted, ...)."""
 
 
 # --- the exercise file: one top-level definition at a time ------------------------------------
@@ -331,13 +333,13 @@ def command_argv(options: dict) -> list[str]:
     return argv
 
 
-def train(command: str, *argv: str, **options) -> int:
+def train(command: str, *argv: str, **options) -> None:
     """Run ``python -m workbook COMMAND`` here: progress bars in the notebook, then the run's curves.
 
     Keyword options become command options (``total_timesteps=50_000`` → ``--total-timesteps 50000``);
     ``impl`` defaults to ``exercises``. The run folder is the command's (``runs/<name>/``). Interrupting
     the kernel is Ctrl-C: the update in progress finishes, the run is saved, and the line to resume
-    it is printed (``wb.train(COMMAND, resume="runs/<name>")``). Returns the command's exit status.
+    it is printed (``wb.train(COMMAND, resume="runs/<name>")``). The exit status is in ``wb.last_exit_code``.
     """
     from workbook.__main__ import COMMANDS
 
@@ -357,7 +359,8 @@ def train(command: str, *argv: str, **options) -> int:
         print(f'interrupted: continue it here with wb.train("{command}", resume="RUN_DIR") (the folder above)')
     if not shown and code not in (2, 130):
         print(f"(no curves found under {runs}/)")
-    return code
+    global last_exit_code
+    last_exit_code = code  # not returned: a notebook would print it under the curves
 
 
 def _pngs(runs: Path) -> dict[Path, float]:
