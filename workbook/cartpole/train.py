@@ -290,7 +290,7 @@ def _train_main_rank(module, options: argparse.Namespace, args, run_name: str, t
     metrics = AppendLog(run_dir / "metrics.jsonl", keep=(lambda r: r.get("phase", 0) <= start_phase) if resume else None)
     progress = None
     if not options.no_progress:
-        from tqdm import tqdm
+        from tqdm.auto import tqdm  # a widget bar in Jupyter (workbook.notebook.train), text in a terminal
 
         progress = tqdm(total=args.total_phases * args.batch_size, initial=resume["global_step"] if resume else 0,
                         unit="step", unit_scale=True, dynamic_ncols=True,

@@ -510,7 +510,7 @@ def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend
         show = (args.progress and not args.quiet) if progress is None else progress
         bar = None
         if show and run.dp.is_main:
-            from tqdm import tqdm
+            from tqdm.auto import tqdm  # a widget bar in Jupyter (workbook.notebook.train), text in a terminal
 
             bar = tqdm(total=args.iterations, initial=run.start, unit="it", dynamic_ncols=True, desc=args.algo,
                        file=sys.stdout)
