@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from workbook.pytest_plugin import registries
-from workbook.checking import WrongAnswer, check_call, check_exercise, compare, explain, known_mistake, matching_mistakes
+from workbook.checking import (WrongAnswer, assert_close, check_call, check_exercise, compare, explain, known_mistake,
+                               matching_mistakes)
 from workbook.distributed import torchrun
 from workbook.distributed_check import WHITEN_CASES, gradient_case, gradient_loss, whiten_case
 
@@ -104,7 +105,7 @@ def test_global_masked_whiten_in_one_process_is_masked_whiten(impl, ref, case, m
     mask = mask.to(mask_dtype)  # float, int64 (a tokenizer's) and bool masks give the same answer
     check_call(impl, ref, "global_masked_whiten", values, mask, shift_mean)
     part3 = importlib.import_module("solutions.part3_rlhf")
-    torch.testing.assert_close(ref.global_masked_whiten(values, mask, shift_mean), part3.masked_whiten(values, mask, shift_mean))
+    assert_close(ref.global_masked_whiten(values, mask, shift_mean), part3.masked_whiten(values, mask, shift_mean))
 
 
 @pytest.mark.exercise("global_masked_whiten")
@@ -259,7 +260,7 @@ def test_reference_average_gradients_equals_ddp(two_ranks):
                 if got is None:
                     assert all(g is None for g in per_rank)
                 else:
-                    torch.testing.assert_close(got, sum(per_rank) / RANKS)
+                    assert_close(got, sum(per_rank) / RANKS)
 
 
 @pytest.mark.parametrize("case", range(len(WHITEN_CASES)))
@@ -271,4 +272,4 @@ def test_reference_global_whiten_equals_one_process_on_the_union(two_ranks, case
     values = torch.cat([v.flatten() for v, _, _ in inputs])
     mask = torch.cat([m.flatten() for _, m, _ in inputs])
     expected = masked_whiten(values, mask, inputs[0][2])
-    torch.testing.assert_close(torch.cat([o.flatten() for o in outs]), expected)
+    assert_close(torch.cat([o.flatten() for o in outs]), expected)

@@ -19,7 +19,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbook.checking import WrongAnswer, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
+from workbook.checking import (WrongAnswer, assert_close, check_call, check_exercise, describe_call, explain, known_mistake,
+                               matching_mistakes)
 from workbook.promises import check_call_documented_keys, documented_keys
 
 PART = "part7_reasoning"
@@ -137,7 +138,7 @@ def test_a_well_formed_wrong_answer_gets_exactly_the_format_reward(impl, format_
     completions = ["5+6=11<answer>11</answer>", "5+6=12<answer>12</answer>", "5+6 is 11"]
     got = call_reward(impl, completions, ["11"] * 3, format_reward)
     expected = torch.tensor([1.0, format_reward, 0.0])
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-7, msg=lambda m: explain(
+    assert_close(got, expected, rtol=0, atol=1e-7, name="rewards", msg=lambda m: explain(
         describe_call("answer_reward", completions, ["11"] * 3, format_reward),
         "right → 1, well-formed wrong → format_reward, no answer → 0\n  " + m,
         diagnose("answer_reward", got, completions, ["11"] * 3, format_reward)))
@@ -288,7 +289,7 @@ def test_overlong_penalty_worked_example(impl):
     lengths = torch.tensor([3, 15, 16, 18, 20, 21, 40])
     got = impl.overlong_penalty(lengths, 20, 5)
     expected = torch.tensor([0.0, 0.0, -0.2, -0.6, -1.0, -1.0, -1.0])
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6, msg=lambda m: explain(
+    assert_close(got, expected, rtol=0, atol=1e-6, name="penalties", msg=lambda m: explain(
         describe_call("overlong_penalty", lengths, 20, 5), "see the worked example in this test\n  " + m,
         diagnose("overlong_penalty", got, lengths, 20, 5)))
 
