@@ -333,6 +333,32 @@ def test_completion_mask_worked_example(impl):
                                   diagnose("completion_mask", (mask, truncated), responses, 2, True)))
 
 
+def responses_with_a_middle_eos(eos_id: int) -> list[torch.Tensor]:
+    return [
+        torch.tensor([5, eos_id, 7]),              # an EOS in the middle, not at the end: truncated, 3 tokens
+        torch.tensor([4, eos_id, 6, eos_id]),      # an EOS in the middle and at the end: finished, 4 tokens
+        torch.tensor([eos_id, eos_id]),            # two EOS: finished, 2 tokens
+        torch.tensor([9, 8]),                      # no EOS: truncated
+    ]
+
+
+@pytest.mark.exercise("completion_mask")
+@pytest.mark.parametrize("eos_id", [2, 3])
+@pytest.mark.parametrize("mask_truncated", [True, False])
+def test_completion_mask_with_an_eos_in_the_middle(impl, ref, eos_id, mask_truncated):
+    # Only the last token decides "truncated", and the length is len(r) whatever ids come before it.
+    responses = responses_with_a_middle_eos(eos_id)
+    mask, truncated = check_call(impl, ref, "completion_mask", responses, eos_id, mask_truncated)
+    lengths = [3, 4, 2, 2]
+    expected = torch.tensor([[float(t < n) for t in range(4)] for n in lengths])
+    if mask_truncated:
+        expected[[0, 3]] = 0.0
+    if truncated.tolist() != [True, False, False, True] or not torch.equal(mask, expected):  # the docstring's example
+        raise WrongAnswer(explain(describe_call("completion_mask", responses, eos_id, mask_truncated),
+                                  f"expected truncated [True, False, False, True] and mask {expected.tolist()}; "
+                                  f"got {truncated.tolist()} and {mask.tolist()}"))
+
+
 @pytest.mark.exercise("completion_mask")
 def test_completion_mask_masks_truncated_rows_by_default(impl, ref):
     check_exercise(impl, ref, "completion_mask", lambda fn: fn(responses_for(2), 2),
@@ -385,10 +411,11 @@ def empty_mask_check(impl, ref, exercise: str, *settings):
     loss, stats = getattr(impl, exercise)(logprobs, old, adv, mask, *settings)
     expected, _ = getattr(ref, exercise)(logprobs.detach(), old, adv, mask, *settings)
     stats = documented_keys(stats, LOSS_STATS)
-    if not torch.isfinite(loss) or loss.item() != expected.item() or not all(torch.isfinite(v) for v in stats.values()):
+    # The docstrings: the loss is 0 and every stat is 0 — not NaN (the trainer stops on a NaN stat), nor another number.
+    if not torch.isfinite(loss) or loss.item() != expected.item() or not all(v.item() == 0.0 for v in stats.values()):
         labels = [mistake(exercise, "nan_for_an_empty_mask")] if exercise == "clip_higher_loss" else []
         raise WrongAnswer(explain(f"{exercise}(..., an all-zero mask)",
-                                  f"expected loss {expected.item()} and finite stats, got {loss.item()} and "
+                                  f"expected loss {expected.item()} and every stat 0, got {loss.item()} and "
                                   f"{ {k: v.item() for k, v in stats.items()} }", labels))
     if not loss.requires_grad:
         raise WrongAnswer(explain(f"{exercise}(logprobs that require grad, ..., an all-zero mask)",

@@ -423,6 +423,42 @@ def test_preprocessed_observations_and_clipped_rewards(env_id, frame_stack):
     assert rewards <= {-1.0, 0.0, 1.0}
 
 
+def wrappers_of(env: gym.Env) -> list[str]:
+    names = []
+    while isinstance(env, gym.Wrapper):
+        names.append(type(env).__name__)
+        env = env.env
+    return names
+
+
+@pytest.mark.parametrize("episodic_life", [True, False])
+@pytest.mark.parametrize("clip_rewards", [True, False])
+def test_atari_args_episodic_life_and_clip_rewards_switch_their_wrappers(ref, episodic_life, clip_rewards):
+    # Both switches at both values: each adds its wrapper when on and leaves it out when off.
+    args = ref.AtariPPOArgs(num_envs=1, num_steps_per_rollout=8, total_timesteps=8, num_minibatches=1,
+                            episodic_life=episodic_life, clip_rewards=clip_rewards)
+    trainer = ref.AtariPPOTrainer(args)
+    chain = wrappers_of(trainer.envs.envs[0])
+    trainer.envs.close()
+    assert ("EpisodicLife" in chain) == episodic_life, chain
+    assert ("TransformReward" in chain) == clip_rewards, chain
+
+
+def test_without_episodic_life_a_lost_life_does_not_end_the_training_episode(ref):
+    args = ref.AtariPPOArgs(num_envs=1, num_steps_per_rollout=8, total_timesteps=8, num_minibatches=1,
+                            episodic_life=False)
+    env = ref.AtariPPOTrainer(args).envs.envs[0]
+    rng = np.random.default_rng(0)
+    _, info = env.reset(seed=0)
+    lives = info["lives"]
+    for _ in range(5_000):
+        _, _, terminated, truncated, info = env.step(int(rng.integers(4)))
+        if info["lives"] < lives or terminated or truncated:
+            break
+    env.close()
+    assert info["lives"] < lives and not terminated and not truncated, (lives, info["lives"], terminated, truncated)
+
+
 def test_trainer_shares_the_trunk_and_lists_each_parameter_once(ref):
     args = ref.AtariPPOArgs(num_envs=2, num_steps_per_rollout=8, total_timesteps=16, num_minibatches=2,
                             batches_per_learning_phase=1)

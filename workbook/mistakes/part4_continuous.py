@@ -228,6 +228,7 @@ class _ConfigurableAgent(_ReferenceAgent):
 
     store_clipped = logprob_of_clipped = send_unclipped = mean_action = freeze_normaliser = False
     bootstrap_before_scaling = scaler_gets_new_flags = bootstrap_terminated_too = with_grad = False
+    clip_after_bootstrap = False
 
     def play_step(self):
         obs, dones = self.next_obs, self.next_done
@@ -252,6 +253,8 @@ class _ConfigurableAgent(_ReferenceAgent):
             rewards = self.reward_scaler(rewards + bootstrap, flags)
         else:
             rewards = self.reward_scaler(rewards, flags) + bootstrap
+        if self.clip_after_bootstrap:
+            rewards = rewards.clamp(-self.reward_scaler.clip, self.reward_scaler.clip)
         stored = clipped if (self.store_clipped or self.logprob_of_clipped) else actions
         self.memory.add(obs, stored, logprobs, values, rewards, dones)
         self.next_obs, self.next_done = next_obs, terminated | truncated
@@ -291,6 +294,13 @@ class AgentFrozenNormaliser(_ConfigurableAgent):
        "γ·V(final observation) was added before the reward scaler, which then scales and clips the critic's value")
 class AgentBootstrapsBeforeScaling(_ConfigurableAgent):
     bootstrap_before_scaling = True
+
+
+@part4("ContinuousAgent", "clips_the_bootstrapped_reward",
+       "the scaled reward plus γ·V(final observation) was clipped to ±reward_clip, so the clip also cuts the "
+       "bootstrap (clip the scaled reward, then add γ·V)")
+class AgentClipsBootstrap(_ConfigurableAgent):
+    clip_after_bootstrap = True
 
 
 @part4("ContinuousAgent", "scaler_given_new_done_flags",

@@ -283,6 +283,27 @@ def mask_from_ids(responses, eos_id, mask_truncated=True):
     return mask, truncated
 
 
+@part7("completion_mask", "eos_anywhere_means_finished",
+       "a response holding an EOS anywhere was called finished, instead of one whose last token is the EOS")
+def mask_eos_anywhere(responses, eos_id, mask_truncated=True):
+    _, mask = _lengths_mask(responses)
+    truncated = torch.tensor([not bool((r == eos_id).any()) for r in responses])
+    if mask_truncated:
+        mask = mask * (~truncated)[:, None]
+    return mask, truncated
+
+
+@part7("completion_mask", "mask_ends_at_the_first_eos",
+       "the mask ended at the first EOS instead of at the response's length")
+def mask_first_eos(responses, eos_id, mask_truncated=True):
+    mask, truncated = _p7.completion_mask(responses, eos_id, mask_truncated)
+    for b, r in enumerate(responses):
+        found = (r == eos_id).nonzero()
+        if len(found):
+            mask[b, int(found[0]) + 1:] = 0.0
+    return mask, truncated
+
+
 # --- the losses -------------------------------------------------------------------------
 
 @part7("clip_higher_loss", "symmetric_clip", "eps_low was used on both sides; eps_high was ignored")
