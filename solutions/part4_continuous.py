@@ -162,6 +162,8 @@ class GaussianActor(nn.Module):
           with one action dimension, (batch, 1) against advantages of shape (batch,)
           broadcasts to a (batch, batch) matrix without any error.
         - ``Normal`` takes the standard deviation, not the variance.
+        - Detach nothing: ``log_prob`` must carry gradient into the mean network *and* log σ
+          (the policy loss trains both through this distribution).
         """
         mean = self.mean(obs)
         return Independent(Normal(mean, self.log_std.exp().expand_as(mean)), 1)

@@ -111,12 +111,16 @@ def test_gaussian_policy_matches_reference(impl, ref, action_dim, log_std):
         actor = actor_like_reference(cls, ref, 5, action_dim, log_std)
         g = torch.Generator().manual_seed(action_dim)
         obs, actions = torch.randn(16, 5, generator=g), 2 * torch.randn(16, action_dim, generator=g)
+        obs.requires_grad_(True)  # d log π / d obs flows through the mean network only: a detach inside dist() cuts it
         dist = actor.dist(obs)
         log_prob, entropy = dist.log_prob(actions), dist.entropy()
-        grad = torch.autograd.grad(log_prob.sum() + entropy.sum(), actor.log_std)[0]
+        grad = torch.autograd.grad(log_prob.sum() + entropy.sum(), actor.log_std, retain_graph=True)[0]
+        through_mean = torch.autograd.grad(log_prob.sum(), obs, allow_unused=True)[0]
         return {"actor(obs)": actor(obs).detach(), "dist.mean": dist.mean.detach(), "dist.stddev": dist.stddev.detach(),
                 "dist.log_prob(actions)": log_prob.detach(), "dist.entropy()": entropy.detach(),
-                "gradient of Σ(log_prob + entropy) w.r.t. log_std": grad.flatten()}
+                "gradient of Σ(log_prob + entropy) w.r.t. log_std": grad.flatten(),
+                "gradient of Σ log_prob w.r.t. obs (through the mean network)":
+                    torch.zeros_like(obs) if through_mean is None else through_mean}
 
     check_exercise(impl, ref, "GaussianActor", run, rtol=1e-4, atol=1e-5,
                    call=f"GaussianActor(5, {action_dim}, 32) with the reference's weights, log_std={log_std}: "

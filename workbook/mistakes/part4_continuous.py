@@ -28,7 +28,7 @@ class _ConfigurableActor(_ReferenceActor):
     """The reference actor with switches, one per mistake below."""
 
     head_gain, activation = 0.01, nn.Tanh
-    scale_is_variance = per_dimension = False
+    scale_is_variance = per_dimension = mean_detached = False
 
     def __init__(self, num_obs, action_dim, hidden_size=64, init_log_std=0.0):
         nn.Module.__init__(self)
@@ -38,7 +38,7 @@ class _ConfigurableActor(_ReferenceActor):
         self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
 
     def dist(self, obs):
-        mean = self.mean(obs)
+        mean = self.mean(obs).detach() if self.mean_detached else self.mean(obs)
         scale = (2 * self.log_std if self.scale_is_variance else self.log_std).exp().expand_as(mean)
         return Normal(mean, scale) if self.per_dimension else Independent(Normal(mean, scale), 1)
 
@@ -46,6 +46,12 @@ class _ConfigurableActor(_ReferenceActor):
 @part4("GaussianActor", "variance_as_scale", "Normal was given the variance σ² where the standard deviation σ belongs")
 class ActorVarianceAsScale(_ConfigurableActor):
     scale_is_variance = True
+
+
+@part4("GaussianActor", "mean_detached_in_dist",
+       "dist() detached the mean, so log π (and the whole policy loss) never trains the mean network — only log σ")
+class ActorMeanDetached(_ConfigurableActor):
+    mean_detached = True
 
 
 @part4("GaussianActor", "log_prob_not_summed",
