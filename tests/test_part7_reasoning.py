@@ -268,6 +268,25 @@ def test_all_right_and_all_wrong_groups_carry_no_signal(impl):
                                   diagnose("groups_with_signal", got, rewards, 3)))
 
 
+def _next_float32(x: float) -> float:
+    return torch.nextafter(torch.tensor(x), torch.tensor(2.0)).item()
+
+
+@pytest.mark.exercise("groups_with_signal")
+@pytest.mark.parametrize("groups", [["0.1", "tiny"], ["0.1"], ["tiny"], ["0.3", "0.1", "tiny", "0.7"]], ids="-".join)
+def test_groups_with_signal_is_exact_for_rewards_not_exact_in_binary(impl, ref, groups):
+    # "max − min > 0 exactly": eight equal rewards of 0.1 (or 0.3, 0.7) have no signal, although their float32
+    # std is ~1e-8, not 0; a group whose rewards differ by one float32 step (~7e-9) has one, far below any
+    # tolerance. One group alone, and several.
+    rows = {"0.1": [0.1] * 8, "0.3": [0.3] * 8, "0.7": [0.7] * 8, "tiny": [0.1] * 7 + [_next_float32(0.1)]}
+    rewards = torch.tensor([r for name in groups for r in rows[name]])
+    got = check_call(impl, ref, "groups_with_signal", rewards, 8)
+    expected = [name == "tiny" for name in groups]
+    if got.tolist() != expected:  # the docstring's rule, whatever the reference says
+        raise WrongAnswer(explain(describe_call("groups_with_signal", rewards, 8), f"expected {expected}, got {got.tolist()}",
+                                  diagnose("groups_with_signal", got, rewards, 8)))
+
+
 @pytest.mark.exercise("groups_with_signal")
 @pytest.mark.parametrize("n,group_size", [(8, 1), (10, 4)])
 def test_groups_with_signal_rejects_bad_groups(impl, n, group_size):

@@ -206,6 +206,21 @@ def signal_tolerance(rewards, group_size):
     return rewards.detach().view(-1, group_size).std(dim=1) > 1e-2
 
 
+@part7("groups_with_signal", "std_above_zero",
+       "the spread was measured as std > 0: rounding leaves a tiny std (~1e-8) in a group of equal rewards like 0.1")
+def signal_std_positive(rewards, group_size):
+    _check_groups(rewards, group_size)
+    return rewards.detach().view(-1, group_size).std(dim=1) > 0
+
+
+@part7("groups_with_signal", "spread_above_a_tiny_tolerance",
+       "a tiny tolerance was used (max − min > 1e-6) where any spread > 0 counts")
+def signal_tiny_tolerance(rewards, group_size):
+    _check_groups(rewards, group_size)
+    g = rewards.detach().view(-1, group_size)
+    return g.amax(dim=1) - g.amin(dim=1) > 1e-6
+
+
 # --- overlong_penalty -------------------------------------------------------------------
 
 def _check_overlong(max_len, cache_len):
