@@ -154,6 +154,8 @@ class GaussianActor(nn.Module):
           with one action dimension, (batch, 1) against advantages of shape (batch,)
           broadcasts to a (batch, batch) matrix without any error.
         - ``Normal`` takes the standard deviation, not the variance.
+        - Detach nothing: ``log_prob`` must carry gradient into the mean network *and* log σ
+          (the policy loss trains both through this distribution).
         """
         raise NotImplementedError()
 
@@ -338,16 +340,19 @@ class ContinuousAgent(PPOAgent):
         3. The new observation: float32 tensor → ``self.obs_normalizer(…)`` (updating its
            statistics) — every observation the networks see is normalised.
         4. The rewards: float32 tensor → ``self.reward_scaler(rewards, dones)``, where ``dones``
-           is the flag of the observation acted on (True on a reset step).
+           is the flag of the observation acted on (True on a reset step). The scaler clips:
+           what it returns is the *environment's* reward, scaled and clipped to ±reward_clip.
         Then, as in Part 2: a truncated (not terminated) environment gets γ · V(normalised
-        final observation) added to its *scaled* reward; ``self.memory.add(obs, actions,
+        final observation) added to its scaled-and-clipped reward — after the clip, and never
+        clipped itself, so on a truncation step the stored reward may lie outside ±reward_clip
+        (clip(r / σ) + γ·V, even when the clip binds on that very step); ``self.memory.add(obs, actions,
         logprobs, values, rewards, dones)``; ``next_obs`` ← the normalised new observation,
         ``next_done`` ← terminated | truncated; ``self.step += num_envs``.
 
         Traps:
         - Store the sample, not the clipped action (see :func:`clip_action`).
-        - Add the bootstrap after scaling: V is in the scaled units the critic learned; scaling
-          it again (or clipping it) shrinks the future the truncation cut off.
+        - Add the bootstrap after scaling and clipping: V is in the scaled units the critic
+          learned; scaling it again, or clipping the sum, shrinks the future the truncation cut off.
         - Normalise with ``update=True`` here; only evaluation freezes the statistics.
         - The env's reward is float64; the memory expects float32.
         """

@@ -47,8 +47,11 @@ def data_seed(seed: int, rank: int) -> int:
     - the ranks of one run get different seeds: otherwise every rank collects the *same*
       episodes and N processes do the work of one (the batch looks N× bigger, but it is the
       same data N times, so the gradient is no better than a single process's);
-    - runs with nearby seeds don't share a stream: rank 1 of ``seed=1`` must not be rank 0 of
-      ``seed=2`` (``seed + rank`` fails that);
+    - runs with nearby seeds don't share a stream: for every ``seed`` in ``0 … 999_999`` and
+      every ``rank`` in ``0 … 7`` the 8 million data seeds are all different. Rank 1 of
+      ``seed=1`` must not be rank 0 of ``seed=2`` (``seed + rank`` fails that), nor rank 1 of
+      ``seed=0`` rank 0 of ``seed=10_007`` (a stride of 10 007 fails that: the stride between
+      ranks must exceed every seed you would type);
     - a non-negative ``int`` (gymnasium and numpy refuse negative seeds); a negative ``seed``
       or ``rank`` is a ``ValueError``.
 
@@ -95,6 +98,9 @@ def average_gradients(parameters: Iterable[nn.Parameter]) -> None:
       gradient and their weights drift apart.
     - ``parameters`` may be a generator (``model.parameters()``): iterating it twice gives
       nothing the second time. Make a list first.
+    - A parameter without a gradient may come *before* ones with a gradient (a frozen or
+      unused layer registered first): each slice must go back to the tensor it came from, so
+      pack and unpack the same list of gradients with the same offsets.
     """
     raise NotImplementedError()
 

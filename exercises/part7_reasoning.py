@@ -199,6 +199,10 @@ def completion_mask(
       may have any id, and the mask must come from the lengths.
     - "Truncated" is "does not end with EOS", not "as long as the limit": an answer whose
       EOS falls exactly on the last allowed token finished.
+    - Only the *last* token decides, and an EOS earlier in a response changes nothing (a
+      sampler forced to continue, e.g. by a minimum length, or a tokenizer whose EOS id is
+      also an ordinary token's): ``[5, EOS, 7]`` is truncated and 3 tokens long,
+      ``[4, EOS, 6, EOS]`` finished and 4 tokens long.
     - ``ValueError`` for an empty list.
     """
     raise NotImplementedError()
@@ -236,7 +240,8 @@ def clip_higher_loss(
     ``stats`` (detached 0-dim tensors, token means over real tokens): ``policy/clipfrac_low``
     = share of tokens where the lower clip binds (A < 0 and ratio < 1 − eps_low),
     ``policy/clipfrac_high`` = share where the upper clip binds (A > 0 and ratio > 1 + eps_high),
-    ``policy/ratio`` = mean ratio.
+    ``policy/ratio`` = mean ratio. With no real token at all every stat is 0, not NaN (the
+    trainer stops on a NaN stat, and a minibatch whose completions were all truncated is no error).
 
     Why higher: with ε = 0.2 on both sides a token sampled with probability 0.01 may rise
     only to 0.012 in one update, while a likely token moves freely; the clip throttles
@@ -271,7 +276,8 @@ def gspo_loss(
 
     ``stats`` (detached 0-dim tensors, means over rows with tokens): ``policy/clipfrac_low``
     (A_b < 0 and s_b < 1 − eps_low), ``policy/clipfrac_high`` (A_b > 0 and s_b > 1 + eps_high),
-    ``policy/ratio`` (mean s_b).
+    ``policy/ratio`` (mean s_b). With no row holding a token every stat is 0, not NaN (as in
+    clip_higher_loss).
 
     Why: the reward is given to the whole sequence, so GSPO (Zheng et al. 2025, arXiv
     2507.18071) corrects off-policy-ness for the whole sequence too. Per-token ratios are
@@ -308,7 +314,8 @@ def cispo_loss(
     ``−w · A · ∇log π`` — REINFORCE weighted by a capped importance weight. ``stats``
     (detached 0-dim tensors, token means): ``policy/clipfrac_low`` (ratio < 1 − eps_low),
     ``policy/clipfrac_high`` (ratio > 1 + eps_high) — whatever the advantage's sign, since
-    the weight is clipped either way — and ``policy/ratio`` (mean ratio).
+    the weight is clipped either way — and ``policy/ratio`` (mean ratio); with no real token
+    at all every stat is 0, not NaN (as in clip_higher_loss).
 
     Why: in PPO's clipped objective a token whose ratio left the range contributes *no*
     gradient; MiniMax (MiniMax-M1, arXiv 2506.13585) found those were often the rare

@@ -174,6 +174,8 @@ class NatureCNN(nn.Module):
 
         The learning phase calls this: the convolutions are nearly all of the compute, and
         running them twice (``network(obs)`` then ``network.value(obs)``) doubles its cost.
+        Gradients as in the two separate calls: the logits train the trunk and the actor head,
+        the values the trunk and the critic head (detach nothing: the objective needs both).
         """
         features = self.features(obs)
         return self.actor_head(features), self.critic_head(features)

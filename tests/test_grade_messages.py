@@ -4,6 +4,10 @@
 - grade prints each part's own duration, not a running total;
 - a mistake shows its diagnosis in full once per exercise, and the summary gives it with the count of failures;
 - a comparison with a worked example shows expected vs got;
+- a known mistake is named only when it reproduces the learner's output on that call (never one
+  that returns the right answer there);
+- a mistake nobody catalogued is still pointed at: the inputs at the first mismatch, the region
+  where two large tensors differ, the settings by name, empty mask rows, the one setting that differs;
 - the workbook's summary says why tests were skipped, without ``-rs``.
 """
 
@@ -21,7 +25,7 @@ import pytest
 import torch
 
 from workbook import grading
-from workbook.checking import WrongAnswer, assert_close
+from workbook.checking import WrongAnswer, assert_close, check_call, matching_mistakes
 from workbook.grading import NOT_STARTED, WAITING, aggregate, format_next_steps
 from workbook.mirror import make_exercise_text
 
@@ -132,6 +136,63 @@ def test_a_worked_example_failure_shows_expected_and_got():
     assert_close(expected + 1e-7, expected, rtol=0, atol=1e-5)  # same verdict as torch's within tolerance
     with pytest.raises(WrongAnswer, match="dtype"):
         assert_close(expected.double(), expected)
+
+
+def test_a_known_mistake_that_is_right_on_the_call_is_never_named():
+    # pass@k off by a hair at k = 1: the plug-in estimate and "c/n for every k" are exact there, so
+    # neither can be the cause, although both are within the diagnosis' tolerance of the wrong answer.
+    def run(fn):
+        return fn(10, 3, 1)
+    assert matching_mistakes("part7_reasoning", "pass_at_k", run, 0.3 + 1e-7, rtol=1e-5, atol=1e-5) == []
+    assert matching_mistakes("part7_reasoning", "pass_at_k", run, 0.3 + 1e-7, rtol=1e-5, atol=1e-5, expected=0.3) == []
+    # ...while at k = 2 the plug-in estimate is wrong, and a learner who returns it is told so.
+    plug_in = 1 - (1 - 3 / 10) ** 2
+    labels = matching_mistakes("part7_reasoning", "pass_at_k", lambda fn: fn(10, 3, 2), plug_in, rtol=1e-9, atol=1e-9)
+    assert labels and all("[known mistake: plug_in_estimate]" in label for label in labels)
+
+
+def uncatalogued(**functions):
+    return type("Learner", (), {name: staticmethod(fn) for name, fn in functions.items()})
+
+
+def test_an_uncatalogued_mistake_is_shown_at_its_inputs_and_where_large_outputs_differ():
+    import solutions.part7_reasoning as ref
+
+    def overlong_penalty(lengths, max_len, cache_len):  # wrong at the first penalised length only
+        out = ref.overlong_penalty(lengths, max_len, cache_len).clone()
+        out[lengths == max_len - cache_len + 1] = -1.0
+        return out
+    with pytest.raises(WrongAnswer) as error:
+        check_call(uncatalogued(overlong_penalty=overlong_penalty), ref, "overlong_penalty", torch.arange(0, 26), 20, 5)
+    text = str(error.value)
+    assert "inputs at index (16,): lengths[16] = 16" in text, text
+    assert "first mismatch at index (16,): expected -0.2, got -1" in text and "settings: max_len=20, cache_len=5" in text
+    shown = [line.split(":", 1)[1] for line in text.splitlines() if line.lstrip().startswith(("expected[", "got["))]
+    assert len(shown) == 2 and shown[0].strip() != shown[1].strip(), text  # never two identical elided tensors
+    assert "known mistake" not in text
+
+
+def test_a_loss_wrong_for_one_setting_says_which_setting_and_which_mask_rows_are_empty():
+    import solutions.part7_reasoning as ref
+    from tests.test_part7_reasoning import LOSS_STATS, loss_inputs
+    from workbook.promises import check_call_documented_keys
+
+    def clip_higher_loss(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28, normalisation="token"):
+        if normalisation == "sequence":  # an uncatalogued slip: empty rows divide by 1, not skipped
+            per_row = ref.clip_higher_loss(logprobs, old_logprobs, advantages, mask, eps_low, eps_high, "token")[1]
+            n = mask.float().sum(1).clamp(min=1)
+            ratio = (logprobs - old_logprobs).exp()
+            a = advantages[:, None]
+            per_tok = -torch.min(ratio * a, ratio.clamp(1 - eps_low, 1 + eps_high) * a) * mask
+            return (per_tok.sum(1) / n).mean(), per_row
+        return ref.clip_higher_loss(logprobs, old_logprobs, advantages, mask, eps_low, eps_high, normalisation)
+    args = loss_inputs(0, spread=0.6)
+    with pytest.raises(WrongAnswer) as error:
+        check_call_documented_keys(uncatalogued(clip_higher_loss=clip_higher_loss), ref, "clip_higher_loss", *args, 0.2,
+                                   0.28, "sequence", keys=LOSS_STATS)
+    text = str(error.value)
+    assert "settings: eps_low=0.2, eps_high=0.28, normalisation='sequence'" in text, text
+    assert "only normalisation='sequence' differs" in text and "row 1 of mask is empty (no real token)" in text, text
 
 
 @pytest.mark.slow

@@ -111,12 +111,16 @@ def test_gaussian_policy_matches_reference(impl, ref, action_dim, log_std):
         actor = actor_like_reference(cls, ref, 5, action_dim, log_std)
         g = torch.Generator().manual_seed(action_dim)
         obs, actions = torch.randn(16, 5, generator=g), 2 * torch.randn(16, action_dim, generator=g)
+        obs.requires_grad_(True)  # d log π / d obs flows through the mean network only: a detach inside dist() cuts it
         dist = actor.dist(obs)
         log_prob, entropy = dist.log_prob(actions), dist.entropy()
-        grad = torch.autograd.grad(log_prob.sum() + entropy.sum(), actor.log_std)[0]
+        grad = torch.autograd.grad(log_prob.sum() + entropy.sum(), actor.log_std, retain_graph=True)[0]
+        through_mean = torch.autograd.grad(log_prob.sum(), obs, allow_unused=True)[0]
         return {"actor(obs)": actor(obs).detach(), "dist.mean": dist.mean.detach(), "dist.stddev": dist.stddev.detach(),
                 "dist.log_prob(actions)": log_prob.detach(), "dist.entropy()": entropy.detach(),
-                "gradient of Σ(log_prob + entropy) w.r.t. log_std": grad.flatten()}
+                "gradient of Σ(log_prob + entropy) w.r.t. log_std": grad.flatten(),
+                "gradient of Σ log_prob w.r.t. obs (through the mean network)":
+                    torch.zeros_like(obs) if through_mean is None else through_mean}
 
     check_exercise(impl, ref, "GaussianActor", run, rtol=1e-4, atol=1e-5,
                    call=f"GaussianActor(5, {action_dim}, 32) with the reference's weights, log_std={log_std}: "
@@ -370,13 +374,19 @@ def test_reward_scaler_stays_finite_when_the_returns_never_vary(impl, ref):
 
 # --- ContinuousAgent.play_step -------------------------------------------------------------------
 
-def record_rollout(impl, ref, agent_cls, *, num_envs: int, steps: int, seed: int = 0, **env_kwargs) -> dict:
-    """``steps`` play_steps on the echo env with the reference networks, normaliser and scaler."""
+def record_rollout(impl, ref, agent_cls, *, num_envs: int, steps: int, seed: int = 0, reward_clip: float = 10.0,
+                   value_shift: float = 0.0, **env_kwargs) -> dict:
+    """``steps`` play_steps on the echo env with the reference networks, normaliser and scaler
+    (``value_shift`` is added to the critic's output bias: V ≈ value_shift)."""
     torch.manual_seed(seed)
     actor = ref.GaussianActor(3, 2, 16)
     critic = ref.get_actor_and_critic(3, 1, 16)[1]
+    if value_shift:
+        with torch.no_grad():
+            [*_, last] = (m for m in critic.modules() if isinstance(m, nn.Linear))
+            last.bias += value_shift
     envs = make_vector_env(ECHO_ID, num_envs, **env_kwargs)
-    normaliser, scaler = ref.ObservationNormalizer((3,)), ref.RewardScaler(num_envs, GAMMA)
+    normaliser, scaler = ref.ObservationNormalizer((3,)), ref.RewardScaler(num_envs, GAMMA, reward_clip)
     memory = impl.ReplayMemory()
     agent = agent_cls(envs, actor, critic, memory, GAMMA, normaliser, scaler, seed=seed)
     torch.manual_seed(seed + 1)
@@ -404,6 +414,29 @@ def test_play_step_matches_reference(impl, ref, num_envs, env_kwargs):
     check_exercise(impl, ref, "ContinuousAgent", run,
                    call=f"ContinuousAgent(ContinuousEcho × {num_envs}, {env_kwargs}, reference networks, normaliser "
                         "and scaler).play_step() × 11, then memory.stacked() and the agent's state")
+
+
+@pytest.mark.exercise("ContinuousAgent")
+def test_a_reward_clip_binding_on_a_truncation_step_leaves_the_bootstrap_unclipped(impl, ref):
+    # reward_clip = 0.05 binds on every step, truncation steps included; V ≈ 3, so γ·V lies far outside
+    # ±0.05. The docstring: clip the scaled reward, then add γ·V — the stored reward on a truncation step is
+    # ±0.05 + γ·V, not clipped back to ±0.05 (and γ·V is not scaled or clipped on its own either).
+    clip, shift = 0.05, 3.0
+
+    def run(cls):
+        return record_rollout(impl, ref, cls, num_envs=2, steps=8, reward_clip=clip, value_shift=shift, max_episode_steps=3)
+
+    expected = run(ref.ContinuousAgent)
+    dones, rewards = expected["dones"].bool(), expected["rewards"]
+    truncation = dones.roll(-1, 0)
+    truncation[-1] = False  # steps whose next observation is a reset: the truncated ones (steps 2 and 6)
+    ordinary = ~truncation & ~dones  # neither truncated nor acting on a reset observation (reward 0 there)
+    assert truncation.sum() == 4 and (rewards[truncation] > 2.0).all(), "test inputs: γ·V must be outside the clip"
+    assert torch.allclose(rewards[ordinary].abs(), torch.tensor(clip)), "test inputs: the clip must bind"
+    check_exercise(impl, ref, "ContinuousAgent", run,
+                   call=f"ContinuousAgent(ContinuousEcho × 2, max_episode_steps=3, RewardScaler(clip={clip}), critic "
+                        f"with V ≈ {shift}).play_step() × 8, then memory.stacked() and the agent's state: "
+                        "stored reward on a truncation step = clip(r / σ) + γ·V")
 
 
 @pytest.mark.exercise("ContinuousAgent")

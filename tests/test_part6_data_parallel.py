@@ -15,13 +15,15 @@ import itertools
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from workbook.pytest_plugin import registries
-from workbook.checking import WrongAnswer, check_call, check_exercise, compare, explain, known_mistake, matching_mistakes
+from workbook.checking import (WrongAnswer, assert_close, check_call, check_exercise, compare, explain, known_mistake,
+                               matching_mistakes)
 from workbook.distributed import torchrun
-from workbook.distributed_check import WHITEN_CASES, gradient_case, gradient_loss, whiten_case
+from workbook.distributed_check import GRADIENT_CASES, WHITEN_CASES, gradient_case, gradient_loss, whiten_case
 
 PART = "part6_data_parallel"
 POINTS = {
@@ -42,10 +44,10 @@ def _seed_table(fn) -> list[int]:
     return [fn(s, r) for s in SEEDS for r in WORLD]
 
 
-def _fail_seed(impl, problem: str) -> None:
+def _fail_seed(impl, problem: str, call: str = "data_seed(seed, rank) for seed in 0..39, rank in 0..7") -> None:
     got = _seed_table(impl.data_seed)
     labels = matching_mistakes(PART, "data_seed", _seed_table, got, rtol=0, atol=0)
-    raise WrongAnswer(explain("data_seed(seed, rank) for seed in 0..39, rank in 0..7", problem, labels))
+    raise WrongAnswer(explain(call, problem, labels))
 
 
 @pytest.mark.exercise("data_seed")
@@ -69,6 +71,42 @@ def test_data_seed_differs_across_ranks_and_runs(impl):
             _fail_seed(impl, f"output: data_seed{other} and data_seed({seed}, {rank}) are both {got}: "
                              f"{what} would collect the same data")
         seen[got] = (seed, rank)
+
+
+PROMISED_SEEDS, PROMISED_RANKS = 1_000_000, 8  # the range data_seed's docstring promises no collision in
+
+
+def _data_seeds(fn, rank: int) -> np.ndarray:
+    """fn(seed, rank) for every promised seed, as int64 (Python ints beyond int64 are compared exactly)."""
+    seeds = range(PROMISED_SEEDS)
+    try:
+        return np.fromiter(map(fn, seeds, itertools.repeat(rank)), dtype=np.int64, count=PROMISED_SEEDS)
+    except (OverflowError, TypeError, ValueError):
+        return np.array([fn(seed, rank) for seed in seeds], dtype=object)
+
+
+@pytest.mark.exercise("data_seed")
+def test_data_seed_never_collides_for_any_seed_below_a_million_and_rank_below_8(impl):
+    # Small seeds alone miss a stride far below RANK_STRIDE (seed + 10_007 · rank is collision-free for
+    # seeds < 10_007): every seed of the promised range, on every promised rank.
+    table = [_data_seeds(impl.data_seed, rank) for rank in range(PROMISED_RANKS)]
+    flat = np.concatenate(table)
+    if flat.dtype == object:
+        unique = len(set(flat.tolist()))
+    else:
+        unique = len(np.unique(flat))
+    if unique == flat.size:
+        return
+    seen: dict[int, tuple[int, int]] = {}
+    for rank, column in enumerate(table):
+        for seed, value in enumerate(column.tolist()):
+            if value in seen:
+                other = seen[value]
+                _fail_seed(impl, f"output: data_seed{other} and data_seed({seed}, {rank}) are both {value}: two runs "
+                                 f"(or two ranks of one) would collect the same data; the docstring promises distinct "
+                                 f"seeds for every seed < {PROMISED_SEEDS:_} and rank < {PROMISED_RANKS}",
+                           call=f"data_seed(seed, rank) for seed in 0..{PROMISED_SEEDS - 1:_}, rank in 0..{PROMISED_RANKS - 1}")
+            seen[value] = (seed, rank)
 
 
 @pytest.mark.exercise("data_seed")
@@ -104,7 +142,7 @@ def test_global_masked_whiten_in_one_process_is_masked_whiten(impl, ref, case, m
     mask = mask.to(mask_dtype)  # float, int64 (a tokenizer's) and bool masks give the same answer
     check_call(impl, ref, "global_masked_whiten", values, mask, shift_mean)
     part3 = importlib.import_module("solutions.part3_rlhf")
-    torch.testing.assert_close(ref.global_masked_whiten(values, mask, shift_mean), part3.masked_whiten(values, mask, shift_mean))
+    assert_close(ref.global_masked_whiten(values, mask, shift_mean), part3.masked_whiten(values, mask, shift_mean))
 
 
 @pytest.mark.exercise("global_masked_whiten")
@@ -180,9 +218,10 @@ def _runner(two_ranks: TwoRanks, exercise: str, case: int, local_call):
 
 
 @pytest.mark.exercise("average_gradients")
-@pytest.mark.parametrize("case", [0, 1], ids=["mlp", "conv"])
+@pytest.mark.parametrize("case", range(len(GRADIENT_CASES)), ids=GRADIENT_CASES)
 def test_average_gradients_on_two_ranks(impl, ref, two_ranks, case):
-    """Each rank ends with the mean of both ranks' gradients (parameters without a gradient stay None)."""
+    """Each rank ends with the mean of both ranks' gradients (parameters without a gradient stay None) — also
+    when a parameter without a gradient comes first, so a slice copied back by the wrong offset is seen."""
     run = _runner(two_ranks, "average_gradients", case, lambda fn: fn([]))
     check_exercise(impl, ref, "average_gradients", run,
                    call=f"average_gradients(model.parameters()) on {RANKS} ranks after loss.backward() (case {case}); "
@@ -245,7 +284,7 @@ def test_global_masked_whiten_in_one_process_refuses_fewer_than_two_elements(imp
 # --- the oracles themselves (not graded): the reference agrees with DDP and with one process --------------
 
 def test_reference_average_gradients_equals_ddp(two_ranks):
-    for case in (0, 1):
+    for case in range(len(GRADIENT_CASES)):
         ours, ddp = two_ranks.get("solutions", "average_gradients", case), two_ranks.get("ddp", "average_gradients", case)
         assert compare(ours, ddp, rtol=1e-6, atol=1e-7) is None, compare(ours, ddp, rtol=1e-6, atol=1e-7)
         # ...and that is the mean of the two ranks' own gradients.
@@ -259,7 +298,7 @@ def test_reference_average_gradients_equals_ddp(two_ranks):
                 if got is None:
                     assert all(g is None for g in per_rank)
                 else:
-                    torch.testing.assert_close(got, sum(per_rank) / RANKS)
+                    assert_close(got, sum(per_rank) / RANKS)
 
 
 @pytest.mark.parametrize("case", range(len(WHITEN_CASES)))
@@ -271,4 +310,4 @@ def test_reference_global_whiten_equals_one_process_on_the_union(two_ranks, case
     values = torch.cat([v.flatten() for v, _, _ in inputs])
     mask = torch.cat([m.flatten() for _, m, _ in inputs])
     expected = masked_whiten(values, mask, inputs[0][2])
-    torch.testing.assert_close(torch.cat([o.flatten() for o in outs]), expected)
+    assert_close(torch.cat([o.flatten() for o in outs]), expected)

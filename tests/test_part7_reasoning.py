@@ -19,7 +19,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbook.checking import WrongAnswer, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
+from workbook.checking import (WrongAnswer, assert_close, check_call, check_exercise, describe_call, explain, known_mistake,
+                               matching_mistakes)
 from workbook.promises import check_call_documented_keys, documented_keys
 
 PART = "part7_reasoning"
@@ -137,7 +138,7 @@ def test_a_well_formed_wrong_answer_gets_exactly_the_format_reward(impl, format_
     completions = ["5+6=11<answer>11</answer>", "5+6=12<answer>12</answer>", "5+6 is 11"]
     got = call_reward(impl, completions, ["11"] * 3, format_reward)
     expected = torch.tensor([1.0, format_reward, 0.0])
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-7, msg=lambda m: explain(
+    assert_close(got, expected, rtol=0, atol=1e-7, name="rewards", msg=lambda m: explain(
         describe_call("answer_reward", completions, ["11"] * 3, format_reward),
         "right → 1, well-formed wrong → format_reward, no answer → 0\n  " + m,
         diagnose("answer_reward", got, completions, ["11"] * 3, format_reward)))
@@ -267,6 +268,25 @@ def test_all_right_and_all_wrong_groups_carry_no_signal(impl):
                                   diagnose("groups_with_signal", got, rewards, 3)))
 
 
+def _next_float32(x: float) -> float:
+    return torch.nextafter(torch.tensor(x), torch.tensor(2.0)).item()
+
+
+@pytest.mark.exercise("groups_with_signal")
+@pytest.mark.parametrize("groups", [["0.1", "tiny"], ["0.1"], ["tiny"], ["0.3", "0.1", "tiny", "0.7"]], ids="-".join)
+def test_groups_with_signal_is_exact_for_rewards_not_exact_in_binary(impl, ref, groups):
+    # "max − min > 0 exactly": eight equal rewards of 0.1 (or 0.3, 0.7) have no signal, although their float32
+    # std is ~1e-8, not 0; a group whose rewards differ by one float32 step (~7e-9) has one, far below any
+    # tolerance. One group alone, and several.
+    rows = {"0.1": [0.1] * 8, "0.3": [0.3] * 8, "0.7": [0.7] * 8, "tiny": [0.1] * 7 + [_next_float32(0.1)]}
+    rewards = torch.tensor([r for name in groups for r in rows[name]])
+    got = check_call(impl, ref, "groups_with_signal", rewards, 8)
+    expected = [name == "tiny" for name in groups]
+    if got.tolist() != expected:  # the docstring's rule, whatever the reference says
+        raise WrongAnswer(explain(describe_call("groups_with_signal", rewards, 8), f"expected {expected}, got {got.tolist()}",
+                                  diagnose("groups_with_signal", got, rewards, 8)))
+
+
 @pytest.mark.exercise("groups_with_signal")
 @pytest.mark.parametrize("n,group_size", [(8, 1), (10, 4)])
 def test_groups_with_signal_rejects_bad_groups(impl, n, group_size):
@@ -288,7 +308,7 @@ def test_overlong_penalty_worked_example(impl):
     lengths = torch.tensor([3, 15, 16, 18, 20, 21, 40])
     got = impl.overlong_penalty(lengths, 20, 5)
     expected = torch.tensor([0.0, 0.0, -0.2, -0.6, -1.0, -1.0, -1.0])
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6, msg=lambda m: explain(
+    assert_close(got, expected, rtol=0, atol=1e-6, name="penalties", msg=lambda m: explain(
         describe_call("overlong_penalty", lengths, 20, 5), "see the worked example in this test\n  " + m,
         diagnose("overlong_penalty", got, lengths, 20, 5)))
 
@@ -330,6 +350,32 @@ def test_completion_mask_worked_example(impl):
                                   f"expected truncated [False, True, False] and mask {expected.tolist()}; "
                                   f"got {truncated.tolist()} and {mask.tolist()}",
                                   diagnose("completion_mask", (mask, truncated), responses, 2, True)))
+
+
+def responses_with_a_middle_eos(eos_id: int) -> list[torch.Tensor]:
+    return [
+        torch.tensor([5, eos_id, 7]),              # an EOS in the middle, not at the end: truncated, 3 tokens
+        torch.tensor([4, eos_id, 6, eos_id]),      # an EOS in the middle and at the end: finished, 4 tokens
+        torch.tensor([eos_id, eos_id]),            # two EOS: finished, 2 tokens
+        torch.tensor([9, 8]),                      # no EOS: truncated
+    ]
+
+
+@pytest.mark.exercise("completion_mask")
+@pytest.mark.parametrize("eos_id", [2, 3])
+@pytest.mark.parametrize("mask_truncated", [True, False])
+def test_completion_mask_with_an_eos_in_the_middle(impl, ref, eos_id, mask_truncated):
+    # Only the last token decides "truncated", and the length is len(r) whatever ids come before it.
+    responses = responses_with_a_middle_eos(eos_id)
+    mask, truncated = check_call(impl, ref, "completion_mask", responses, eos_id, mask_truncated)
+    lengths = [3, 4, 2, 2]
+    expected = torch.tensor([[float(t < n) for t in range(4)] for n in lengths])
+    if mask_truncated:
+        expected[[0, 3]] = 0.0
+    if truncated.tolist() != [True, False, False, True] or not torch.equal(mask, expected):  # the docstring's example
+        raise WrongAnswer(explain(describe_call("completion_mask", responses, eos_id, mask_truncated),
+                                  f"expected truncated [True, False, False, True] and mask {expected.tolist()}; "
+                                  f"got {truncated.tolist()} and {mask.tolist()}"))
 
 
 @pytest.mark.exercise("completion_mask")
@@ -384,10 +430,11 @@ def empty_mask_check(impl, ref, exercise: str, *settings):
     loss, stats = getattr(impl, exercise)(logprobs, old, adv, mask, *settings)
     expected, _ = getattr(ref, exercise)(logprobs.detach(), old, adv, mask, *settings)
     stats = documented_keys(stats, LOSS_STATS)
-    if not torch.isfinite(loss) or loss.item() != expected.item() or not all(torch.isfinite(v) for v in stats.values()):
+    # The docstrings: the loss is 0 and every stat is 0 — not NaN (the trainer stops on a NaN stat), nor another number.
+    if not torch.isfinite(loss) or loss.item() != expected.item() or not all(v.item() == 0.0 for v in stats.values()):
         labels = [mistake(exercise, "nan_for_an_empty_mask")] if exercise == "clip_higher_loss" else []
         raise WrongAnswer(explain(f"{exercise}(..., an all-zero mask)",
-                                  f"expected loss {expected.item()} and finite stats, got {loss.item()} and "
+                                  f"expected loss {expected.item()} and every stat 0, got {loss.item()} and "
                                   f"{ {k: v.item() for k, v in stats.items()} }", labels))
     if not loss.requires_grad:
         raise WrongAnswer(explain(f"{exercise}(logprobs that require grad, ..., an all-zero mask)",

@@ -182,6 +182,45 @@ def test_one_trunk_learns_from_both_heads(impl):
                                   f"the first convolution ran {len(runs)} times; the trunk must run once for both heads"))
 
 
+GRADIENT_PATHS = {  # output → {part of the network: does it get gradient from that output}
+    "network(obs)": {"trunk": True, "actor_head": True, "critic_head": False},
+    "network.value(obs)": {"trunk": True, "actor_head": False, "critic_head": True},
+    "network.logits_and_value(obs)[0]": {"trunk": True, "actor_head": True, "critic_head": False},
+    "network.logits_and_value(obs)[1]": {"trunk": True, "actor_head": False, "critic_head": True},
+}
+
+
+@pytest.mark.exercise("NatureCNN")
+def test_each_output_trains_the_trunk_and_its_own_head_only(impl):
+    # Every call the training loop differentiates through (Part 2's actor and critic use network(obs) and
+    # value(obs); the learning phase uses logits_and_value), output by output: which parts get gradient. A
+    # detach inside one call (only logits_and_value, say) changes no output and passes every value test.
+    torch.manual_seed(0)
+    net = impl.NatureCNN(4, 4)
+    obs = pixels(3, 4, seed=2)
+    parts = {name: list(getattr(net, name).parameters()) for name in ("trunk", "actor_head", "critic_head")
+             if isinstance(getattr(net, name, None), nn.Module)}
+    if len(parts) < 3:
+        return  # named by test_the_trunk_and_the_heads_are_the_attributes_the_docstring_names
+    outputs = {"network(obs)": lambda: net(obs), "network.value(obs)": lambda: net.value(obs),
+               "network.logits_and_value(obs)[0]": lambda: net.logits_and_value(obs)[0],
+               "network.logits_and_value(obs)[1]": lambda: net.logits_and_value(obs)[1]}
+    for output, expected in GRADIENT_PATHS.items():
+        net.zero_grad(set_to_none=True)
+        outputs[output]().sum().backward()
+        got = {name: all(p.grad is not None and p.grad.abs().sum() > 0 for p in params) for name, params in parts.items()}
+        partly = [name for name, params in parts.items() if not got[name] and any(p.grad is not None for p in params)]
+        if got != expected:
+            wrong = [name for name in expected if got[name] != expected[name]]
+            said = "; ".join(f"{name} gets {'gradient' if got[name] else 'gradient in only some parameters' if name in partly else 'no gradient'}"
+                             f", expected {'gradient in every parameter' if expected[name] else 'none'}" for name in wrong)
+            labels = []
+            if output.startswith("network.logits_and_value") and wrong == ["trunk"]:
+                labels = [mistake("NatureCNN", "value_detached_in_logits_and_value" if output.endswith("[1]")
+                                  else "policy_detached_in_logits_and_value")]
+            raise WrongAnswer(explain(f"NatureCNN(4, 4): {output}.sum().backward()", said, labels))
+
+
 @pytest.mark.exercise("NatureCNN")
 def test_the_trunk_and_the_heads_are_the_attributes_the_docstring_names(impl):
     # network(obs) = actor_head(features(obs)); value(obs) = critic_head(features(obs)); features(obs) is the trunk
@@ -421,6 +460,42 @@ def test_preprocessed_observations_and_clipped_rewards(env_id, frame_stack):
     env.close()
     assert obs.shape == (frame_stack, 84, 84) and obs.dtype == np.uint8
     assert rewards <= {-1.0, 0.0, 1.0}
+
+
+def wrappers_of(env: gym.Env) -> list[str]:
+    names = []
+    while isinstance(env, gym.Wrapper):
+        names.append(type(env).__name__)
+        env = env.env
+    return names
+
+
+@pytest.mark.parametrize("episodic_life", [True, False])
+@pytest.mark.parametrize("clip_rewards", [True, False])
+def test_atari_args_episodic_life_and_clip_rewards_switch_their_wrappers(ref, episodic_life, clip_rewards):
+    # Both switches at both values: each adds its wrapper when on and leaves it out when off.
+    args = ref.AtariPPOArgs(num_envs=1, num_steps_per_rollout=8, total_timesteps=8, num_minibatches=1,
+                            episodic_life=episodic_life, clip_rewards=clip_rewards)
+    trainer = ref.AtariPPOTrainer(args)
+    chain = wrappers_of(trainer.envs.envs[0])
+    trainer.envs.close()
+    assert ("EpisodicLife" in chain) == episodic_life, chain
+    assert ("TransformReward" in chain) == clip_rewards, chain
+
+
+def test_without_episodic_life_a_lost_life_does_not_end_the_training_episode(ref):
+    args = ref.AtariPPOArgs(num_envs=1, num_steps_per_rollout=8, total_timesteps=8, num_minibatches=1,
+                            episodic_life=False)
+    env = ref.AtariPPOTrainer(args).envs.envs[0]
+    rng = np.random.default_rng(0)
+    _, info = env.reset(seed=0)
+    lives = info["lives"]
+    for _ in range(5_000):
+        _, _, terminated, truncated, info = env.step(int(rng.integers(4)))
+        if info["lives"] < lives or terminated or truncated:
+            break
+    env.close()
+    assert info["lives"] < lives and not terminated and not truncated, (lives, info["lives"], terminated, truncated)
 
 
 def test_trainer_shares_the_trunk_and_lists_each_parameter_once(ref):

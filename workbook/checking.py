@@ -10,6 +10,9 @@ mistake's name.
 from __future__ import annotations
 
 import copy
+import importlib
+import inspect
+import typing
 from typing import Any, Callable
 
 import numpy as np
@@ -127,25 +130,65 @@ def compare(got: Any, expected: Any, *, rtol: float = DEFAULT_RTOL, atol: float 
     return None
 
 
+SHOWN_ELEMENTS = 24  # tensors with more elements are elided when printed
+
+
+def _first_bad(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> tuple[int, ...]:
+    bad = ~torch.isclose(got.double(), expected.double(), rtol=rtol, atol=atol, equal_nan=True)
+    return tuple(int(i) for i in bad.nonzero()[0])
+
+
+def _around(value: torch.Tensor, first: tuple[int, ...], width: int = 4) -> tuple[str, str]:
+    """(``'[3, 12:20]'``, the values there): the stretch of the last dimension around index ``first``."""
+    row = value[first[:-1]] if len(first) > 1 else value
+    start, stop = max(0, first[-1] - width), min(row.shape[0], first[-1] + width + 1)
+    where = ", ".join([*map(str, first[:-1]), f"{start}:{stop}"])
+    return f"[{where}]", _short(row[start:stop])
+
+
 def _compare_values(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float, path: str) -> str | None:
     try:
         torch.testing.assert_close(got, expected, rtol=rtol, atol=atol, equal_nan=True, check_dtype=False)
         return None
     except AssertionError:
         pass
-    lines = [f"{path}: values differ (rtol={rtol:g}, atol={atol:g})",
-             f"    expected: {_short(expected)}",
-             f"    got:      {_short(got)}"]
+    lines = [f"{path}: values differ (rtol={rtol:g}, atol={atol:g})"]
+    first = _first_bad(got, expected, rtol, atol) if got.dim() else ()
+    if got.numel() > SHOWN_ELEMENTS:
+        # The printout would elide the middle, and two elided tensors can look the same: show where they differ.
+        where, shown = _around(expected, first)
+        lines += [f"    expected{where}: {shown}", f"    got{where}:{' ' * (len('expected') - len('got'))} {_around(got, first)[1]}"]
+    else:
+        lines += [f"    expected: {_short(expected)}", f"    got:      {_short(got)}"]
     diff = (got.double() - expected.double()).abs().nan_to_num(nan=float("inf"))
     if got.dim() == 0:
         lines.append(f"    abs diff: {diff.item():.6g}")
     else:
         worst = np.unravel_index(int(diff.argmax()), tuple(got.shape))
-        bad = ~torch.isclose(got.double(), expected.double(), rtol=rtol, atol=atol, equal_nan=True)
-        first = tuple(int(i) for i in bad.nonzero()[0])
         lines.append(f"    max abs diff: {diff.max().item():.6g} at index {tuple(int(i) for i in worst)}")
         lines.append(f"    first mismatch at index {first}: expected {expected[first].item():.6g}, got {got[first].item():.6g}")
     return "\n".join(lines)
+
+
+def first_mismatch(got: Any, expected: Any, *, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL
+                   ) -> tuple[tuple[int, ...], str, tuple[int, ...]] | None:
+    """(index, path, shape) of the first differing element of the first differing tensor, as :func:`compare`
+    walks them; None when the difference is not in the values of a tensor of the expected shape."""
+    if isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor):
+        if got.shape != expected.shape or got.dim() == 0 or compare(got, expected, rtol=rtol, atol=atol) is None:
+            return None
+        return _first_bad(got.detach().cpu(), expected.detach().cpu(), rtol, atol), "", tuple(got.shape)
+    if isinstance(expected, (tuple, list)) and isinstance(got, (tuple, list)) and len(got) == len(expected):
+        pairs = [(f"[{i}]", g, e) for i, (g, e) in enumerate(zip(got, expected))]
+    elif isinstance(expected, dict) and isinstance(got, dict) and set(got) == set(expected):
+        pairs = [(f"[{k!r}]", got[k], expected[k]) for k in expected]
+    else:
+        return None
+    for where, g, e in pairs:
+        if compare(g, e, rtol=rtol, atol=atol) is not None:
+            found = first_mismatch(g, e, rtol=rtol, atol=atol)
+            return None if found is None else (found[0], where + found[1], found[2])
+    return None
 
 
 def assert_close(got: Any, expected: Any, *, rtol: float | None = None, atol: float | None = None,
@@ -205,19 +248,42 @@ def _run_cached(run: Callable[[Any], Any], obj: Any, cache_key: str | None) -> A
     return value
 
 
-def matching_mistakes(part: str, exercise: str, run: Callable[[Any], Any], got: Any, *, rtol: float, atol: float,
-                      suspects: list[str] | tuple[str, ...] | None = None, cache_key: str | None = None) -> list[str]:
-    """Labels of the known mistakes whose output on the same inputs equals ``got``.
+_UNSET: Any = object()
 
-    ``suspects`` (mistake names) limits the search to the mistakes a check is about, for slow checks.
+
+def reference_output(part: str, exercise: str, run: Callable[[Any], Any], cache_key: str | None = None) -> Any:
+    """``run`` on the reference solution of ``part.exercise`` (what a diagnosis compares mistakes with)."""
+    reference = importlib.import_module(f"solutions.{part}")
+    return _run_cached(run, getattr(reference, exercise), cache_key)
+
+
+def matching_mistakes(part: str, exercise: str, run: Callable[[Any], Any], got: Any, *, rtol: float, atol: float,
+                      suspects: list[str] | tuple[str, ...] | None = None, cache_key: str | None = None,
+                      expected: Any = _UNSET) -> list[str]:
+    """Labels of the known mistakes whose output on the same inputs equals ``got`` — and not the reference's.
+
+    A mistake that gives the reference's answer on this call cannot be the cause of a wrong one
+    here (pass@k's plug-in estimate is exact at k = 1), so it is never named, even when the
+    learner's answer is within ``rtol``/``atol`` of both. ``expected`` is the reference's output
+    on these inputs (computed with ``run`` on solutions/ when not given). ``suspects`` (mistake
+    names) limits the search to the mistakes a check is about, for slow checks.
     """
+    if expected is _UNSET:
+        try:
+            expected = reference_output(part, exercise, run, cache_key)
+        except Exception:  # noqa: BLE001 - no reference answer: judge by the learner's output alone
+            expected = _UNSET
     labels = []
     for m in mistakes.mistakes_for(part, exercise):
         if suspects is not None and m.name not in suspects:
             continue
         try:
-            if compare(got, _run_cached(run, m.impl, cache_key), rtol=rtol, atol=atol) is None:
-                labels.append(m.label)
+            output = _run_cached(run, m.impl, cache_key)
+            if compare(got, output, rtol=rtol, atol=atol) is not None:
+                continue
+            if expected is not _UNSET and compare(output, expected, rtol=rtol, atol=atol) is None:
+                continue  # this mistake is right on this call: it cannot explain a wrong answer here
+            labels.append(m.label)
         except Exception:  # a mistake that cannot even run on these inputs matches nothing
             continue
     return labels
@@ -225,21 +291,25 @@ def matching_mistakes(part: str, exercise: str, run: Callable[[Any], Any], got: 
 
 def check_exercise(impl: Any, ref: Any, exercise: str, run: Callable[[Any], Any], *, call: str,
                    rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
-                   suspects: list[str] | tuple[str, ...] | None = None, cache_key: str | None = None) -> Any:
+                   suspects: list[str] | tuple[str, ...] | None = None, cache_key: str | None = None,
+                   context: Callable[[Any, Any], list[str]] | None = None) -> Any:
     """Run ``run(impl.<exercise>)`` and ``run(ref.<exercise>)`` and require equal results.
 
     ``run`` receives the function or class under test and returns what should be compared;
     it must build fresh inputs each time it is called (known mistakes are run through it too).
     Returns the learner's output. For slow checks, ``suspects`` limits the known mistakes tried
     for a name, and ``cache_key`` (unique to the check and its inputs) memoises the reference's
-    and the known mistakes' outputs.
+    and the known mistakes' outputs. ``context(got, expected)`` adds lines to a failure's
+    message (see :func:`call_context`).
     """
     expected = _run_cached(run, getattr(ref, exercise), cache_key)
     got = run(getattr(impl, exercise))
     problem = compare(got, expected, rtol=rtol, atol=atol)
     if problem is not None:
-        raise WrongAnswer(explain(call, problem, matching_mistakes(part_of(ref), exercise, run, got, rtol=rtol, atol=atol,
-                                                                  suspects=suspects, cache_key=cache_key)))
+        extra = context(got, expected) if context is not None else []
+        labels = matching_mistakes(part_of(ref), exercise, run, got, rtol=rtol, atol=atol, suspects=suspects,
+                                   cache_key=cache_key, expected=expected)
+        raise WrongAnswer(explain(call, "\n  ".join([problem, *extra]), labels))
     return got
 
 
@@ -247,6 +317,82 @@ def explain(call: str, problem: str, labels: list[str] | tuple[str, ...] = ()) -
     lines = [f"wrong answer from {call}", f"  {problem}"]
     lines += [f"  {label}" for label in labels]
     return "\n".join(lines)
+
+
+# --- what a failing call's message adds: the inputs at the mismatch, the settings, empty mask rows ---
+
+def named_arguments(fn: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The call's arguments by parameter name (``#0``, ``#1``... where the signature cannot be read)."""
+    try:
+        return dict(inspect.signature(fn).bind(*args, **kwargs).arguments)
+    except (TypeError, ValueError):
+        return {f"#{i}": a for i, a in enumerate(args)} | dict(kwargs)
+
+
+def _other_settings(fn: Any, name: str, value: Any) -> list[Any]:
+    """The values a setting could have taken instead: the other bool; a Literal's other values; the default."""
+    if isinstance(value, bool):
+        return [not value]
+    if not isinstance(value, str):
+        return []
+    try:
+        parameter = inspect.signature(fn).parameters[name]
+    except (TypeError, ValueError, KeyError):
+        return []
+    options = [o for o in typing.get_args(parameter.annotation) if isinstance(o, str)]
+    if isinstance(parameter.default, str):
+        options.append(parameter.default)
+    return [o for o in dict.fromkeys(options) if o != value]
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def call_context(impl_fn: Any, ref_fn: Any, args: tuple, kwargs: dict, got: Any, expected: Any, *,
+                 rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+                 post: Callable[[Any], Any] = lambda out: out) -> list[str]:
+    """Lines that point at a mistake nobody catalogued: the inputs at the first mismatch
+    (``lengths[16] = 16``), the settings by name, the mask rows that are empty, and which setting
+    alone differs (re-running the call with each other value of a bool or string setting).
+    ``post`` turns a raw output into what was compared."""
+    named = named_arguments(ref_fn, args, kwargs)
+    lines = []
+    found = first_mismatch(got, expected, rtol=rtol, atol=atol)
+    if found is not None:
+        index, _, shape = found
+        there = []
+        for name, value in named.items():
+            if isinstance(value, torch.Tensor) and 1 <= value.dim() <= len(shape) and tuple(value.shape) == shape[:value.dim()]:
+                at = index[:value.dim()]
+                shown = value.detach()[at]
+                text = f"{shown.item():.6g}" if shown.dim() == 0 else _short(shown)
+                there.append(f"{name}[{', '.join(map(str, at))}] = {text}")
+        if there:
+            lines.append(f"inputs at index {index}: {'; '.join(there)}")
+    settings = {k: v for k, v in named.items() if isinstance(v, (bool, int, float, str)) and not k.startswith("#")}
+    if settings:
+        lines.append("settings: " + ", ".join(f"{k}={v!r}" for k, v in settings.items()))
+    for name, value in named.items():
+        if "mask" in name and isinstance(value, torch.Tensor) and value.dim() == 2:
+            empty = [str(int(i)) for i in (value == 0).all(dim=1).nonzero().flatten()]
+            if empty:
+                lines.append(f"row{'s' if len(empty) > 1 else ''} {_join(empty)} of {name} {'are' if len(empty) > 1 else 'is'} "
+                             "empty (no real token)")
+    for name, value in settings.items():
+        agree = []
+        for other in _other_settings(ref_fn, name, value):
+            changed = named | {name: other}
+            try:
+                same = compare(post(impl_fn(**{k: _clone(v) for k, v in changed.items()})),
+                               post(ref_fn(**{k: _clone(v) for k, v in changed.items()})), rtol=rtol, atol=atol) is None
+            except Exception:  # noqa: BLE001 - a setting that fails differently tells nothing here
+                same = False
+            if same:
+                agree.append(f"{name}={other!r}")
+        if agree:
+            lines.append(f"with {_join(agree)} the output matches the reference: only {name}={value!r} differs")
+    return lines
 
 
 def _clone(value: Any) -> Any:
@@ -263,18 +409,28 @@ def check_call(impl: Any, ref: Any, exercise: str, *args: Any, rtol: float = DEF
                **kwargs: Any) -> Any:
     """Call the exercise with (copies of) these arguments and compare with the reference.
 
-    Also fails if the learner's function modified one of its tensor inputs in place.
+    Also fails if the learner's function modified one of its tensor inputs in place. A failure's
+    message names the inputs at the first mismatch, the settings, and which setting alone differs
+    (:func:`call_context`).
     """
     call = describe_call(exercise, *args, **kwargs)
 
     def run(fn: Callable) -> Any:
         return fn(*[_clone(a) for a in args], **{k: _clone(v) for k, v in kwargs.items()})
 
-    got = check_exercise(impl, ref, exercise, run, call=call, rtol=rtol, atol=atol)
+    def context(got: Any, expected: Any) -> list[str]:
+        return call_context(getattr(impl, exercise), getattr(ref, exercise), args, kwargs, got, expected, rtol=rtol, atol=atol)
+
+    got = check_exercise(impl, ref, exercise, run, call=call, rtol=rtol, atol=atol, context=context)
+    check_inputs_untouched(impl, exercise, call, args, kwargs)
+    return got
+
+
+def check_inputs_untouched(impl: Any, exercise: str, call: str, args: tuple, kwargs: dict) -> None:
+    """Fail if ``impl.<exercise>`` modifies one of its tensor inputs in place."""
     copies = [_clone(a) for a in args]
     kw_copies = {k: _clone(v) for k, v in kwargs.items()}
     getattr(impl, exercise)(*copies, **kw_copies)
     for i, (before, after) in enumerate(list(zip(args, copies)) + [(kwargs[k], kw_copies[k]) for k in kwargs]):
         if isinstance(before, torch.Tensor) and not torch.equal(before.detach(), after.detach()):
             raise WrongAnswer(f"{call} modified its input #{i} in place; treat inputs as read-only")
-    return got

@@ -36,24 +36,32 @@ TIMEOUT_S = 60.0  # the checks take seconds; a rank stuck in a collective fails 
 # --- inputs, the same function on both sides (the tests rebuild them for their own checks) ----
 
 class _Net(nn.Module):
-    def __init__(self, body: nn.Module) -> None:
+    def __init__(self, body: nn.Module, unused_first: bool = False) -> None:
         super().__init__()
+        if unused_first:  # registered first, so parameters() yields it before those with a gradient
+            self.unused = nn.Linear(2, 2)
         self.body = body
-        self.unused = nn.Linear(2, 2)  # never in the loss: its .grad stays None
+        if not unused_first:
+            self.unused = nn.Linear(2, 2)  # never in the loss: its .grad stays None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
 
 
+GRADIENT_CASES = ("mlp", "conv", "mlp-unused-first")
+"""The networks of the average_gradients checks; each holds a parameter without a gradient, the last one
+*before* those with one (its slice of the flat vector must not shift theirs)."""
+
+
 def gradient_case(case: int, rank: int) -> tuple[nn.Module, torch.Tensor]:
     """A small network (identical weights on every rank) and this rank's data."""
     torch.manual_seed(case)
-    if case == 0:
-        net = _Net(nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)))
-    else:
+    if case == 1:
         net = _Net(nn.Sequential(nn.Conv1d(2, 3, 3), nn.Tanh(), nn.Flatten(), nn.Linear(3 * 4, 1)))
+    else:
+        net = _Net(nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)), unused_first=case == 2)
     g = torch.Generator().manual_seed(100 * case + rank)
-    x = torch.randn((6, 3) if case == 0 else (5, 2, 6), generator=g) * (1 + 2 * rank)
+    x = torch.randn((5, 2, 6) if case == 1 else (6, 3), generator=g) * (1 + 2 * rank)
     return net, x
 
 
@@ -102,7 +110,7 @@ def tied_case(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _exercise_outputs(fns: Callable[[str], Any]) -> dict:
     out = {}
     rank = distributed.context().rank
-    for case in range(2):
+    for case in range(len(GRADIENT_CASES)):
         def run_grad(case=case):
             net, x = gradient_case(case, rank)
             gradient_loss(net, x).backward()
@@ -126,7 +134,7 @@ def run_exercises(out_dir: Path, choices: list[str]) -> None:
     ctx = distributed.context()
     results: dict = {}
     # The oracle of average_gradients: what DistributedDataParallel leaves in .grad.
-    for case in range(2):
+    for case in range(len(GRADIENT_CASES)):
         net, x = gradient_case(case, ctx.rank)
         ddp = torch.nn.parallel.DistributedDataParallel(net, find_unused_parameters=True)
         gradient_loss(ddp, x).backward()

@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from workbook.checking import (DEFAULT_ATOL, DEFAULT_RTOL, WrongAnswer, _clone, check_exercise, compare, describe_call,
-                               describe_network, explain)
+from workbook.checking import (DEFAULT_ATOL, DEFAULT_RTOL, WrongAnswer, _clone, call_context, check_exercise,
+                               check_inputs_untouched, compare, describe_call, describe_network, explain)
 
 # --- settings: every field the docstring names, at two values at least ------------------------
 
@@ -160,12 +160,12 @@ def check_call_documented_keys(impl: Any, ref: Any, exercise: str, *args: Any, k
     def run(fn: Callable) -> Any:
         return documented_keys(fn(*[_clone(a) for a in args], **{k: _clone(v) for k, v in kwargs.items()}), keys)
 
-    got = check_exercise(impl, ref, exercise, run, call=call, rtol=rtol, atol=atol)
-    copies, kw_copies = [_clone(a) for a in args], {k: _clone(v) for k, v in kwargs.items()}
-    getattr(impl, exercise)(*copies, **kw_copies)
-    for i, (before, after) in enumerate(list(zip(args, copies)) + [(kwargs[k], kw_copies[k]) for k in kwargs]):
-        if isinstance(before, torch.Tensor) and not torch.equal(before.detach(), after.detach()):
-            raise WrongAnswer(f"{call} modified its input #{i} in place; treat inputs as read-only")
+    def context(got: Any, expected: Any) -> list[str]:
+        return call_context(getattr(impl, exercise), getattr(ref, exercise), args, kwargs, got, expected, rtol=rtol,
+                            atol=atol, post=lambda out: documented_keys(out, keys))
+
+    got = check_exercise(impl, ref, exercise, run, call=call, rtol=rtol, atol=atol, context=context)
+    check_inputs_untouched(impl, exercise, call, args, kwargs)
     return got
 
 

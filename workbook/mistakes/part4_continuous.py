@@ -28,7 +28,7 @@ class _ConfigurableActor(_ReferenceActor):
     """The reference actor with switches, one per mistake below."""
 
     head_gain, activation = 0.01, nn.Tanh
-    scale_is_variance = per_dimension = False
+    scale_is_variance = per_dimension = mean_detached = False
 
     def __init__(self, num_obs, action_dim, hidden_size=64, init_log_std=0.0):
         nn.Module.__init__(self)
@@ -38,7 +38,7 @@ class _ConfigurableActor(_ReferenceActor):
         self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
 
     def dist(self, obs):
-        mean = self.mean(obs)
+        mean = self.mean(obs).detach() if self.mean_detached else self.mean(obs)
         scale = (2 * self.log_std if self.scale_is_variance else self.log_std).exp().expand_as(mean)
         return Normal(mean, scale) if self.per_dimension else Independent(Normal(mean, scale), 1)
 
@@ -46,6 +46,12 @@ class _ConfigurableActor(_ReferenceActor):
 @part4("GaussianActor", "variance_as_scale", "Normal was given the variance σ² where the standard deviation σ belongs")
 class ActorVarianceAsScale(_ConfigurableActor):
     scale_is_variance = True
+
+
+@part4("GaussianActor", "mean_detached_in_dist",
+       "dist() detached the mean, so log π (and the whole policy loss) never trains the mean network — only log σ")
+class ActorMeanDetached(_ConfigurableActor):
+    mean_detached = True
 
 
 @part4("GaussianActor", "log_prob_not_summed",
@@ -228,6 +234,7 @@ class _ConfigurableAgent(_ReferenceAgent):
 
     store_clipped = logprob_of_clipped = send_unclipped = mean_action = freeze_normaliser = False
     bootstrap_before_scaling = scaler_gets_new_flags = bootstrap_terminated_too = with_grad = False
+    clip_after_bootstrap = False
 
     def play_step(self):
         obs, dones = self.next_obs, self.next_done
@@ -252,6 +259,8 @@ class _ConfigurableAgent(_ReferenceAgent):
             rewards = self.reward_scaler(rewards + bootstrap, flags)
         else:
             rewards = self.reward_scaler(rewards, flags) + bootstrap
+        if self.clip_after_bootstrap:
+            rewards = rewards.clamp(-self.reward_scaler.clip, self.reward_scaler.clip)
         stored = clipped if (self.store_clipped or self.logprob_of_clipped) else actions
         self.memory.add(obs, stored, logprobs, values, rewards, dones)
         self.next_obs, self.next_done = next_obs, terminated | truncated
@@ -291,6 +300,13 @@ class AgentFrozenNormaliser(_ConfigurableAgent):
        "γ·V(final observation) was added before the reward scaler, which then scales and clips the critic's value")
 class AgentBootstrapsBeforeScaling(_ConfigurableAgent):
     bootstrap_before_scaling = True
+
+
+@part4("ContinuousAgent", "clips_the_bootstrapped_reward",
+       "the scaled reward plus γ·V(final observation) was clipped to ±reward_clip, so the clip also cuts the "
+       "bootstrap (clip the scaled reward, then add γ·V)")
+class AgentClipsBootstrap(_ConfigurableAgent):
+    clip_after_bootstrap = True
 
 
 @part4("ContinuousAgent", "scaler_given_new_done_flags",

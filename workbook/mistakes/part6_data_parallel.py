@@ -34,6 +34,14 @@ def data_seed_times(seed, rank):
     return seed * (rank + 1)
 
 
+@part6("data_seed", "stride_below_the_seeds_in_use",
+       "the rank stride (10 007) is smaller than the seeds in use, so rank 1 of seed s replays rank 0 of seed s + 10 007")
+def data_seed_small_stride(seed, rank):
+    if seed < 0 or rank < 0:
+        raise ValueError("negative seed or rank")
+    return seed + rank * 10_007
+
+
 @part6("data_seed", "rank_zero_shifted",
        "rank 0 does not keep the run's seed, so one process under torchrun differs from python -m workbook")
 def data_seed_shifted(seed, rank):
@@ -88,6 +96,25 @@ def average_gradients_generator(parameters):
         if p.grad is not None:
             p.grad.copy_(flat[offset:offset + p.grad.numel()].view_as(p.grad))
             offset += p.grad.numel()
+
+
+@part6("average_gradients", "slices_shifted_by_a_parameter_without_grad",
+       "parameters without a gradient were packed as zeros but skipped without advancing the offset when copying "
+       "back, so after one of them every slice lands in the wrong tensor")
+def average_gradients_shifted(parameters):
+    _, world_size = world()
+    if world_size == 1:
+        return
+    params = list(parameters)
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+    dist.all_reduce(flat)
+    flat /= world_size
+    offset = 0
+    for p in params:
+        if p.grad is None:
+            continue  # ...but its zeros are still in flat
+        p.grad.copy_(flat[offset:offset + p.grad.numel()].view_as(p.grad))
+        offset += p.grad.numel()
 
 
 # --- global_masked_whiten -------------------------------------------------------------------

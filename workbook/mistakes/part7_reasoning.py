@@ -206,6 +206,21 @@ def signal_tolerance(rewards, group_size):
     return rewards.detach().view(-1, group_size).std(dim=1) > 1e-2
 
 
+@part7("groups_with_signal", "std_above_zero",
+       "the spread was measured as std > 0: rounding leaves a tiny std (~1e-8) in a group of equal rewards like 0.1")
+def signal_std_positive(rewards, group_size):
+    _check_groups(rewards, group_size)
+    return rewards.detach().view(-1, group_size).std(dim=1) > 0
+
+
+@part7("groups_with_signal", "spread_above_a_tiny_tolerance",
+       "a tiny tolerance was used (max − min > 1e-6) where any spread > 0 counts")
+def signal_tiny_tolerance(rewards, group_size):
+    _check_groups(rewards, group_size)
+    g = rewards.detach().view(-1, group_size)
+    return g.amax(dim=1) - g.amin(dim=1) > 1e-6
+
+
 # --- overlong_penalty -------------------------------------------------------------------
 
 def _check_overlong(max_len, cache_len):
@@ -280,6 +295,27 @@ def mask_from_ids(responses, eos_id, mask_truncated=True):
     truncated = torch.tensor([len(r) == 0 or int(r[-1]) != eos_id for r in responses])
     if mask_truncated:
         mask = mask * (~truncated)[:, None]
+    return mask, truncated
+
+
+@part7("completion_mask", "eos_anywhere_means_finished",
+       "a response holding an EOS anywhere was called finished, instead of one whose last token is the EOS")
+def mask_eos_anywhere(responses, eos_id, mask_truncated=True):
+    _, mask = _lengths_mask(responses)
+    truncated = torch.tensor([not bool((r == eos_id).any()) for r in responses])
+    if mask_truncated:
+        mask = mask * (~truncated)[:, None]
+    return mask, truncated
+
+
+@part7("completion_mask", "mask_ends_at_the_first_eos",
+       "the mask ended at the first EOS instead of at the response's length")
+def mask_first_eos(responses, eos_id, mask_truncated=True):
+    mask, truncated = _p7.completion_mask(responses, eos_id, mask_truncated)
+    for b, r in enumerate(responses):
+        found = (r == eos_id).nonzero()
+        if len(found):
+            mask[b, int(found[0]) + 1:] = 0.0
     return mask, truncated
 
 

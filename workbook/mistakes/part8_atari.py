@@ -71,6 +71,24 @@ class CNNSeparateTrunks(_ConfigurableCNN):
     own_value_trunk = True
 
 
+@part8("NatureCNN", "value_detached_in_logits_and_value",
+       "logits_and_value detached the features before the critic head, so in the learning phase (which calls it) "
+       "the value loss never trains the trunk")
+class CNNDetachedValuePath(_ConfigurableCNN):
+    def logits_and_value(self, obs):
+        features = self.features(obs)
+        return self.actor_head(features), self.critic_head(features.detach())
+
+
+@part8("NatureCNN", "policy_detached_in_logits_and_value",
+       "logits_and_value detached the features before the actor head, so in the learning phase the policy loss "
+       "never trains the trunk")
+class CNNDetachedPolicyPath(_ConfigurableCNN):
+    def logits_and_value(self, obs):
+        features = self.features(obs)
+        return self.actor_head(features.detach()), self.critic_head(features)
+
+
 @part8("NatureCNN", "scaled_to_minus_one_one", "the pixels were scaled to [−1, 1] (obs / 127.5 − 1) instead of [0, 1]")
 class CNNSymmetricScale(_ConfigurableCNN):
     def features(self, obs):
