@@ -12,7 +12,8 @@ symptom           reads                                       holds when (``PATI
 ================  ==========================================  =====================================
 kl                ``objective/kl`` / ``tokens/responses_len   > 1 nat per token
                   _mean``
-entropy           ``objective/entropy``                       < 0.02 nats per token
+entropy           ``objective/entropy``                       < 0.001 nats per token, or < 5 % of the
+                                                              first iteration's
 truncated         ``env/finished_frac``                       ≥ 90 % of completions never emitted EOS
 clipped           ``*/policy/clipfrac`` (``rlvr/``: low +     ≥ 50 % of the ratios clipped
                   high)
@@ -22,8 +23,9 @@ no_signal         ``env/groups_with_signal`` (reason);        ≤ 5 % of groups 
 zero_loss         ``*/loss/policy`` (``dpo/loss``)            exactly 0
 ================  ==========================================  =====================================
 
-A batch that is (nearly) all right (``env/accuracy`` ≥ 0.9, the reason command) has no spread and
-little entropy because it is solved, not dead: ``no_signal`` and ``entropy`` stay quiet then.
+A batch that is (nearly) all right (``env/accuracy`` ≥ 0.9, the reason command) has no spread,
+little entropy and (under dynamic sampling) no loss because it is solved, not dead: ``no_signal``,
+``entropy`` and ``zero_loss`` stay quiet then.
 A symptom that follows from another one being reported and still holding is not reported as well:
 the first line names the cause. A policy that ran away from its reference (``kl``) writes text
 that never ends, clips every ratio and has no spread; identical samples (``entropy``) or cut-off
@@ -46,8 +48,11 @@ PATIENCE = 3
 """Iterations in a row a symptom must hold before it is reported (one bad batch is noise)."""
 TRUNCATED_SHARE = 0.9
 """Share of completions cut off at --max-new-tokens (no EOS) from which the run is blind to endings."""
-ENTROPY_FLOOR = 0.02
-"""Nats per token under which sampling has collapsed to (nearly) one choice per position."""
+ENTROPY_FLOOR = 1e-3
+"""Nats per token under which sampling has collapsed to one choice per position (the samples are identical)."""
+ENTROPY_DROP = 0.05
+"""Share of the first iteration's entropy (the reference's) under which the policy has collapsed onto a few texts.
+(Relative as well as absolute: the reasoner writes its scratchpad at about 0.015 nats per token from the start.)"""
 KL_PER_TOKEN = 1.0
 """Nats per token of KL to the reference above which the policy has run away (a 1-nat token is e× likelier)."""
 CLIPPED_SHARE = 0.5
@@ -78,19 +83,22 @@ def _now(args, field: str, fmt: str = "g") -> str:
 
 # --- the symptoms: each reads one iteration's stats → (holds, value), or None where it does not apply ---
 
-def truncated(stats: dict, args) -> tuple[bool, float] | None:
+def truncated(stats: dict, args, start: dict) -> tuple[bool, float] | None:
     finished = _number(stats, "env/finished_frac")
     if finished is None or args.algo == "dpo":
         return None
     return 1 - finished >= TRUNCATED_SHARE, 1 - finished
 
 
-def entropy(stats: dict, args) -> tuple[bool, float] | None:
-    value = _number(stats, "objective/entropy")
-    return None if value is None else (value < ENTROPY_FLOOR and not _solved(stats), value)
+def entropy(stats: dict, args, start: dict) -> tuple[bool, float] | None:
+    value, before = _number(stats, "objective/entropy"), _number(start, "objective/entropy")
+    if value is None:
+        return None
+    low = value < ENTROPY_FLOOR or (before is not None and value < ENTROPY_DROP * before)
+    return low and not _solved(stats), value
 
 
-def kl(stats: dict, args) -> tuple[bool, float] | None:
+def kl(stats: dict, args, start: dict) -> tuple[bool, float] | None:
     value, length = _number(stats, "objective/kl"), _number(stats, "tokens/responses_len_mean")
     if value is None or length is None:
         return None
@@ -98,14 +106,14 @@ def kl(stats: dict, args) -> tuple[bool, float] | None:
     return per_token > KL_PER_TOKEN, per_token
 
 
-def clipped(stats: dict, args) -> tuple[bool, float] | None:
+def clipped(stats: dict, args, start: dict) -> tuple[bool, float] | None:
     low, high = _number(stats, "rlvr/policy/clipfrac_low"), _number(stats, "rlvr/policy/clipfrac_high")
     value = low + high if low is not None and high is not None else next(
         (v for v in (_number(stats, k) for k in CLIP_KEYS) if v is not None), None)
     return None if value is None else (value >= CLIPPED_SHARE, value)
 
 
-def no_signal(stats: dict, args) -> tuple[bool, float] | None:
+def no_signal(stats: dict, args, start: dict) -> tuple[bool, float] | None:
     """The share of groups (PPO: of the batch) whose rewards differ, or whether any advantage is non-zero."""
     if args.algo == "dpo" or _solved(stats):
         return None if args.algo == "dpo" else (False, 1.0)
@@ -119,9 +127,9 @@ def no_signal(stats: dict, args) -> tuple[bool, float] | None:
     return None if spread is None else (spread == 0.0, float(spread > 0))
 
 
-def zero_loss(stats: dict, args) -> tuple[bool, float] | None:
+def zero_loss(stats: dict, args, start: dict) -> tuple[bool, float] | None:
     value = next((v for v in (_number(stats, k) for k in LOSS_KEYS) if v is not None), None)
-    return None if value is None else (value == 0.0, value)
+    return None if value is None else (value == 0.0 and not _solved(stats), value)
 
 
 # --- what each says ---------------------------------------------------------------------------------
@@ -133,7 +141,7 @@ def _truncated_line(value: float, args) -> str:
 
 
 def _entropy_line(value: float, args) -> str:
-    return (f"{value:.3f} nats per token: the policy samples (nearly) the same tokens every time, so its samples "
+    return (f"{value:.2g} nats per token: the policy samples (nearly) the same tokens every time, so its samples "
             f"no longer differ; raise {_now(args, 'temperature')} or lower {_now(args, 'learning_rate')}")
 
 
@@ -162,15 +170,16 @@ def _no_signal_line(value: float, args) -> str:
 
 
 def _zero_loss_line(value: float, args) -> str:
-    return ("exactly 0 at every step: no sample carries a gradient (every advantage is 0, or every token is masked "
-            "out of the loss); if the reward varies, check your loss and mask (--impl exercises: your Parts 3, 5 and 7)")
+    return ("no sample carries a gradient (every advantage is 0, or every token is masked out of the loss); "
+            "the rewards differ and the completions end, so check the loss and its mask (--impl exercises: your Parts 3, 5 and 7)")
 
 
 @dataclass(frozen=True)
 class Symptom:
     name: str
     title: str
-    read: Callable[[dict, Any], tuple[bool, float] | None]
+    read: Callable[[dict, Any, dict], tuple[bool, float] | None]
+    """(this iteration's stats, the run's options, the first iteration's stats) → (holds, its reading), or None."""
     line: Callable[[float, Any], str]
     explained_by: tuple[str, ...] = ()
     """Symptoms that cause this one: while one of them is reported and holds, this one is not reported."""
@@ -207,14 +216,16 @@ class DeadRunWatch:
         self.warnings: list[dict] = []
         self.reported: dict[str, dict] = {}
         self.seen = 0
+        self.start: dict = {}
 
     def update(self, stats: dict) -> list[str]:
         """The lines (``warning: ...``) of symptoms reported at this iteration; usually none."""
         self.seen += 1
+        self.start = self.start or stats
         it = int(stats.get("iteration", self.seen))
         lines = []
         for symptom in SYMPTOMS:
-            reading = symptom.read(stats, self.args)
+            reading = symptom.read(stats, self.args, self.start)
             held = reading is not None and reading[0]
             report = self.reported.get(symptom.name)
             if not held:
