@@ -148,7 +148,7 @@ def test_dpo_is_not_judged_on_samples_it_does_not_train_on():
     sick = {"env/finished_frac": 0.0, "env/reward_std": 0.0}
     assert feed(DeadRunWatch(args_for("dpo")), stream(DPO, sick, "x" * 10)) == []
     said = feed(DeadRunWatch(args_for("dpo")), stream(DPO, {"objective/kl": 100.0}, "xxx"))
-    assert len(said) == 1 and "--dpo-beta 0.1" in said[0][1] and "--kl-coef" not in said[0][1]
+    assert len(said) == 1 and "--dpo-beta (β, now 0.1)" in said[0][1] and "--kl-coef" not in said[0][1]
 
 
 def test_a_consequence_is_not_reported_while_its_cause_is_and_is_once_the_cause_ends():
@@ -173,9 +173,12 @@ def test_a_consequence_is_not_reported_while_its_cause_is_and_is_once_the_cause_
 def test_the_lines_name_the_fix_with_the_runs_own_values():
     a = args_for("dapo", max_new_tokens=7, temperature=0.3, learning_rate=0.05, kl_coef=0.0, ppo_epochs=3, group_size=8,
                  format_reward=0.2)
-    expected = {"truncated": ["--max-new-tokens 7", "--mask-truncated"], "entropy": ["--temperature 0.3", "--learning-rate 0.05"],
-                "kl": ["--learning-rate 0.05", "--kl-coef 0 (β)"], "clipped": ["--learning-rate 0.05", "--ppo-epochs 3", "--cliprange 0.2"],
-                "no_signal": ["--temperature 0.3", "--group-size 8", "--format-reward 0.2"], "zero_loss": ["every advantage is 0"]}
+    expected = {"truncated": ["--max-new-tokens (now 7)", "--mask-truncated"],
+                "entropy": ["--temperature (now 0.3)", "--learning-rate (now 0.05)"],
+                "kl": ["--learning-rate (now 0.05)", "--kl-coef (β, now 0)"],
+                "clipped": ["--learning-rate (now 0.05)", "--ppo-epochs (now 3)", "--cliprange (now 0.2)"],
+                "no_signal": ["--temperature (now 0.3)", "--group-size (now 8)", "--format-reward (now 0.2)"],
+                "zero_loss": ["every advantage is 0"]}
     for name, (_, row, sick) in SICK.items():
         (_, line), = feed(DeadRunWatch(a), stream(row, sick, ".xxx"))
         for part in expected[name]:
@@ -289,7 +292,7 @@ def test_every_completion_cut_off_is_reported_with_max_new_tokens(reasoner, tmp_
 
     args = reason_run(tmp_path, "dapo", "short", max_new_tokens=2, overlong_cache=0)  # DAPO masks them all out, too
     printed, warnings = dead_run(tmp_path, capsys, figures, train_reason, args, *reasoner)
-    only(printed, "completions cut off", "100% of completions", "--max-new-tokens 2", "--mask-truncated")
+    only(printed, "completions cut off", "100% of completions", "--max-new-tokens (now 2)", "--mask-truncated")
     assert warnings[0]["first"] == 1 and warnings[0]["last"] == PATIENCE
     metrics = rows(tmp_path / "short" / "metrics.jsonl")
     assert all(m["rlvr/loss/policy"] == 0 and m["env/groups_with_signal"] == 0 for m in metrics), \
@@ -304,7 +307,7 @@ def test_a_tiny_temperature_is_reported_as_no_spread_then_collapsed_entropy(reas
     # Every group's samples are identical from the first iteration; the entropy (of the tempered
     # distribution) falls under 0.001 nats per token from the second: each line names the temperature.
     assert [w["symptom"] for w in warnings] == ["no_signal", "entropy"]
-    assert all("raise --temperature 0.001" in line for line in printed)
+    assert all("raise --temperature (now 0.001)" in line for line in printed)
     assert all(m["env/groups_with_signal"] == 0 for m in rows(tmp_path / "cold" / "metrics.jsonl"))
 
 
@@ -315,7 +318,8 @@ def test_no_reward_spread_is_reported_with_the_format_reward(reasoner, tmp_path,
     # The tiny reasoner is (nearly) never right: without credit for a well-formed answer every reward is 0.
     args = reason_run(tmp_path, "grpo", "flat", format_reward=0.0)
     printed, _ = dead_run(tmp_path, capsys, figures, train_reason, args, *reasoner)
-    only(printed, "no reward spread", "no group's rewards differ", "--temperature 1", "--group-size 4", "--format-reward 0")
+    only(printed, "no reward spread", "no group's rewards differ", "--temperature (now 1)", "--group-size (now 4)",
+         "--format-reward (now 0)")
     # The watcher only reads: without it, the run's numbers are the same, bit for bit.
     silent = type("Silent", (), {"__init__": lambda self, a: None, "update": lambda self, s: [], "summary": lambda self: []})
     monkeypatch.setattr(loop, "DeadRunWatch", silent)
@@ -331,7 +335,7 @@ def test_a_huge_learning_rate_is_reported_as_exploding_kl(reasoner, tmp_path, ca
 
     args = reason_run(tmp_path, "grpo", "hot", learning_rate=0.05, ppo_epochs=2, iterations=PATIENCE + 1)
     printed, _ = dead_run(tmp_path, capsys, figures, train_reason, args, *reasoner)
-    only(printed, "KL exploding", "--learning-rate 0.05", "--kl-coef 0.04 (β)")
+    only(printed, "KL exploding", "--learning-rate (now 0.05)", "--kl-coef (β, now 0.04)")
     assert all(m["env/finished_frac"] == 0 for m in rows(tmp_path / "hot" / "metrics.jsonl")[1:]), \
         "its completions never end either: not reported again, the KL line names the cause"
 
@@ -343,7 +347,8 @@ def test_many_passes_at_a_high_learning_rate_are_reported_as_saturated_clipping(
     # defaults; four passes at 1e-3 move every later minibatch past it.
     args = reason_run(tmp_path, "gspo", "clipped", learning_rate=1e-3, ppo_epochs=4)
     printed, _ = dead_run(tmp_path, capsys, figures, train_reason, args, *reasoner)
-    only(printed, "clip fraction saturated", "--learning-rate 0.001", "--ppo-epochs 4", "--cliprange 0.0003")
+    only(printed, "clip fraction saturated", "--learning-rate (now 0.001)", "--ppo-epochs (now 4)",
+         "--cliprange (now 0.0003)")
 
 
 def test_a_loss_that_masks_every_token_is_reported_as_exactly_zero(reasoner, tmp_path, capsys, figures, monkeypatch):
@@ -378,9 +383,9 @@ def test_the_rlhf_command_reports_too(review_gpt, tmp_path, capsys, figures):
         return dead_run(tmp_path, capsys, figures, lambda a, **k: train(a, **k), algo_args(algo, **(common | kw),
                         run_name=name), *review_gpt)[0]
 
-    only(run("ppo", "short", max_new_tokens=2, eos_trick=True), "completions cut off", "--max-new-tokens 2")
-    only(run("rloo", "hot", learning_rate=0.05, iterations=PATIENCE + 1), "KL exploding", "--learning-rate 0.05",
-         "--kl-coef 0.05 (β)")
+    only(run("ppo", "short", max_new_tokens=2, eos_trick=True), "completions cut off", "--max-new-tokens (now 2)")
+    only(run("rloo", "hot", learning_rate=0.05, iterations=PATIENCE + 1), "KL exploding", "--learning-rate (now 0.05)",
+         "--kl-coef (β, now 0.05)")
 
 
 def test_a_resumed_run_keeps_its_warnings_and_does_not_repeat_them(reasoner, tmp_path, capsys, figures):
@@ -400,3 +405,13 @@ def test_a_resumed_run_keeps_its_warnings_and_does_not_repeat_them(reasoner, tmp
     assert "warning: " not in capsys.readouterr().out, "reported before the interruption: not again"
     a, b = (json.loads((tmp_path / name / "summary.json").read_text())["warnings"] for name in ("full", "short"))
     assert a == b and a[0]["last"] == PATIENCE + 1, "the same record as the uninterrupted run's, its span continued"
+
+
+def test_part0_explains_every_symptom():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "part0_theory.md").read_text(encoding="utf-8")
+    section = text[text.index("### Debugging a dead run"):]
+    section = section[:section.index("\n---")]
+    for symptom in SYMPTOMS:
+        assert f"\n| {symptom.title} | " in section, f"Part 0's table has no row for {symptom.title!r}"

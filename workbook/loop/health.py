@@ -76,9 +76,9 @@ def _solved(stats: dict) -> bool:
     return accuracy is not None and accuracy >= SOLVED
 
 
-def _now(args, field: str, fmt: str = "g") -> str:
-    """``--field-name VALUE``: an option as the command line spells it, with the value this run used."""
-    return f"--{field.replace('_', '-')} {format(getattr(args, field), fmt)}"
+def _now(args, field: str, fmt: str = "g", what: str = "") -> str:
+    """``--field-name (now VALUE)``: an option as the command line spells it, and the value this run used."""
+    return f"--{field.replace('_', '-')} ({what}now {format(getattr(args, field), fmt)})"
 
 
 # --- the symptoms: each reads one iteration's stats → (holds, value), or None where it does not apply ---
@@ -115,12 +115,14 @@ def clipped(stats: dict, args, start: dict) -> tuple[bool, float] | None:
 
 def no_signal(stats: dict, args, start: dict) -> tuple[bool, float] | None:
     """The share of groups (PPO: of the batch) whose rewards differ, or whether any advantage is non-zero."""
-    if args.algo == "dpo" or _solved(stats):
-        return None if args.algo == "dpo" else (False, 1.0)
+    if args.algo == "dpo":
+        return None
+    if _solved(stats):
+        return False, 1.0
     share = _number(stats, "env/groups_with_signal")
     if share is not None:
         return share <= SIGNAL_SHARE, share
-    advantage = next((_number(stats, f"{a}/advantages_abs_mean") for a in ("grpo", "rloo") if f"{a}/advantages_abs_mean" in stats), None)
+    advantage = _number(stats, f"{args.algo}/advantages_abs_mean")
     if advantage is not None:  # the rlhf command's groups: an advantage is non-zero only where a group has a spread
         return advantage == 0.0, float(advantage > 0)
     spread = _number(stats, "env/reward_std")
@@ -146,7 +148,7 @@ def _entropy_line(value: float, args) -> str:
 
 
 def _kl_line(value: float, args) -> str:
-    leash = _now(args, "dpo_beta") if args.algo == "dpo" else f"{_now(args, 'kl_coef')} (β)"
+    leash = _now(args, "dpo_beta", what="β, ") if args.algo == "dpo" else _now(args, "kl_coef", what="β, ")
     return (f"{value:.2f} nats per token from the reference: the policy has run away from it; "
             f"lower {_now(args, 'learning_rate')} or raise {leash}")
 
@@ -165,13 +167,14 @@ def _no_signal_line(value: float, args) -> str:
         what = ("no group's rewards differ" if value == 0 else f"only {value:.0%} of the groups' rewards differ")
         fix = f"raise {_now(args, 'temperature')} or {_now(args, 'group_size', 'd')}"
     if hasattr(args, "format_reward"):  # the reason command: partial credit gives all-wrong groups a spread
-        fix += f", or give well-formed wrong answers some credit ({_now(args, 'format_reward')})"
+        fix += f", or give well-formed wrong answers some credit with {_now(args, 'format_reward')}"
     return f"{what}, so every advantage is 0 and nothing is learned; {fix}"
 
 
 def _zero_loss_line(value: float, args) -> str:
     return ("no sample carries a gradient (every advantage is 0, or every token is masked out of the loss); "
-            "the rewards differ and the completions end, so check the loss and its mask (--impl exercises: your Parts 3, 5 and 7)")
+            "the rewards differ and the completions end, so check the loss and its mask "
+            "(--impl exercises: your Parts 3, 5 and 7)")
 
 
 @dataclass(frozen=True)
