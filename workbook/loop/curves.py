@@ -4,6 +4,8 @@ Each panel is a (stat, label) pair named by the task (reward, diversity, ...) or
 (PPO: KL with its target, β; GRPO/RLOO: KL, policy loss, clipped fraction; DPO: loss, preference
 accuracy, margin), so a figure only shows what its algorithm has. A panel whose stat was never
 logged is left out; a run too short for a line (one iteration) draws its points as markers.
+The symptoms of a dead run (``workbook/loop/health.py``) shade the iterations they held on every
+panel and are written under the panels, one line each.
 """
 
 from __future__ import annotations
@@ -43,12 +45,14 @@ def present(history: list[dict], panels) -> list[tuple[str, str]]:
 
 
 def save_curves(history: list[dict], path: Path, title: str, panels, *, x_label: str = "iteration",
-                kl_target: float | None = None, reference_reward: float | None = None):
+                kl_target: float | None = None, reference_reward: float | None = None, warnings: list[dict] = ()):
     """One panel per (stat, label) of ``panels`` present in ``history``, against the iteration.
 
     ``reference_reward`` (the held-out reward of the model before training, i.e. of the
     reference) is drawn as a baseline on the ``env/reward_mean`` panel and ``kl_target`` on the
-    ``objective/kl`` panel; wall times stay in metrics.jsonl. Returns the figure.
+    ``objective/kl`` panel; wall times stay in metrics.jsonl. ``warnings`` (a dead run's symptoms,
+    ``DeadRunWatch.summary()``): their iterations shaded red on every panel, their lines under the
+    panels. Returns the figure.
     """
     plt = _pyplot()
     shown = present(history, panels)
@@ -65,6 +69,8 @@ def save_curves(history: list[dict], path: Path, title: str, panels, *, x_label:
                        label=f"reference model ({reference_reward:+.2f}, held-out)")
         if key == "objective/kl" and kl_target is not None:
             ax.axhline(kl_target, color="C3", linestyle="--", linewidth=1, label=f"KL target ({kl_target:g})")
+        for w in warnings:  # the iterations a symptom of a dead run held
+            ax.axvspan(w["first"] - 0.5, w["last"] + 0.5, color="C3", alpha=0.12, linewidth=0)
         if key in ("env/reward_mean", "objective/kl") and ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, loc="best")
         ax.set_ylabel(label, fontsize=9)
@@ -80,6 +86,18 @@ def save_curves(history: list[dict], path: Path, title: str, panels, *, x_label:
             column[-1].xaxis.set_tick_params(labelbottom=True)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    if warnings:  # under the panels, in room added to the figure (the panels keep their size)
+        import textwrap
+
+        width = int(fig.get_figwidth() * 72 / (7 * 0.6))  # characters of a 7-point line across the figure
+        note = "\n".join(textwrap.fill(w["line"], width, subsequent_indent="    ") for w in warnings)
+        extra = 0.13 * (note.count("\n") + 1) + 0.15  # inches
+        height = fig.get_figheight()
+        fig.set_figheight(height + extra)
+        fig.subplots_adjust(bottom=(fig.subplotpars.bottom * height + extra) / (height + extra),
+                            top=1 - (1 - fig.subplotpars.top) * height / (height + extra))
+        fig.text(0.01, 0.05 / (height + extra), note, color="C3", fontsize=7, ha="left", va="bottom",
+                 linespacing=1.2)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return fig

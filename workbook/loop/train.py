@@ -54,6 +54,7 @@ from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_f
 from workbook.loop.algorithms import ALGORITHMS, algo_defaults_help, apply_algo_defaults, given_options, make_algorithm
 from workbook.loop.backend import make_backend
 from workbook.loop.curves import save_curves, save_seed_curves
+from workbook.loop.health import DeadRunWatch, tell
 from workbook.loop.task import ReviewTask, Task, apply_preset, check_review_options, review_task
 from workbook.rlhf.data import rollout
 from workbook.runs import ConfigError, check_can_create, check_new_run_dir, command, new_run_dir, start_wandb
@@ -329,6 +330,9 @@ class Run:
         # The state after the last finished iteration, kept in memory for a NaN or a second Ctrl-C
         # (skipped for models over 50M parameters: then the last periodic checkpoint is the fallback).
         self.keep_good = dp.is_main and sum(p.numel() for p in self.policy.parameters()) <= 50_000_000
+        self.health = DeadRunWatch(args)  # a dead run's symptoms; a resumed run's earlier ones are replayed, not re-printed
+        for past in self.history:
+            self.health.update(past)
         self.good = self.state("running") if self.keep_good else None
 
     def state(self, status: str) -> dict:
@@ -378,6 +382,9 @@ class Run:
                       "env/finished_frac": sum(batch.finished) / len(batch.finished)})
         stats = self.dp.mean(stats)  # batch means over all ranks (every rank has the same batch size)
         self.history.append(stats)
+        for line in self.health.update(stats):  # one line per symptom of a dead run, once (workbook/loop/health.py)
+            if self.dp.is_main:
+                tell(line)
         if self.metrics_file is not None:
             self.metrics_file.write(stats)
         if self.wandb is not None:
@@ -419,8 +426,9 @@ class Run:
         if self.history:
             save_curves(self.history, self.out_dir / "curves.png", self.title() + f"  [{status}]",
                         curve_panels(a, self.task), x_label=spec.x_label, kl_target=spec.kl_target(a),
-                        reference_reward=self.before.get("reward"))
+                        reference_reward=self.before.get("reward"), warnings=self.health.summary())
         summary = {"run_dir": str(self.out_dir), "command": self.command, "status": status, "iterations": done,
+                   "warnings": self.health.summary(),
                    "config": asdict(a), "before": {k: v for k, v in self.before.items() if k not in ("texts", "scores")},
                    "ppo_wall_s": self.train_s, "algo": a.algo, "task": self.task.name, "seed": a.seed}
         write_json(summary, self.out_dir / "summary.json")
@@ -453,7 +461,8 @@ class Run:
             return {"run_dir": None, "iterations": len(self.history)}
         spec = ALGORITHMS[a.algo]
         save_curves(self.history, self.out_dir / "curves.png", self.title(), curve_panels(a, self.task),
-                    x_label=spec.x_label, kl_target=spec.kl_target(a), reference_reward=self.before.get("reward"))
+                    x_label=spec.x_label, kl_target=spec.kl_target(a), reference_reward=self.before.get("reward"),
+                    warnings=self.health.summary())
         saved = self.backend.save(self.policy, self.tok, self.out_dir, a)
         summary = {
             "run_dir": str(self.out_dir), "policy": saved, "iterations": len(self.history),
@@ -464,7 +473,7 @@ class Run:
             "scores_before": self.before["scores"][:8], "scores_after": after["scores"][:8], "algo": a.algo,
             "task": self.task.name, "seed": a.seed,
             **self.algo.summary(),
-            "command": self.command, "status": "finished", "config": asdict(a),
+            "command": self.command, "status": "finished", "warnings": self.health.summary(), "config": asdict(a),
         }
         write_json(summary, self.out_dir / "summary.json")
         if self.wandb is not None:
