@@ -209,7 +209,7 @@ def parse_overrides(items: list[str], cls: type, option: str = "--set", skip: tu
         if not sep:
             raise ConfigError(option, f"expected FIELD=VALUE, got {item!r}")
         if key not in hints:
-            raise ConfigError(option, f"{key!r} is not a field of this command (fields: {', '.join(hints)})")
+            raise ConfigError(option, f"this command has no field {key!r} (fields: {', '.join(hints)})")
         out[key] = parse_value(key, hints[key], value)
     return out
 

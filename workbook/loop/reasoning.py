@@ -480,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     if not distributed.is_main():
         return 0
-    headline = make_task(args).headline
+    headline = make_task(runs[0]).headline  # the resumed run's settings (its --eval-k), not the command line's
     for summary in summaries:
         print_summary(summary, headline)
     if group:
