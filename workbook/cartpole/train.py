@@ -55,7 +55,7 @@ from workbook.cartpole.curves import plot_learning_curve, plot_seeds
 from workbook.cartpole.evaluate import SOLVED_RETURN, evaluate_greedy
 from workbook.checkpoints import (CHECKPOINT, INTERRUPTED, LAYOUT, NON_FINITE, Abandoned, AppendLog, StopSignals,
                                   env_trainer_state, episode_seed, first_non_finite, load_run, non_finite_weights,
-                                  restore_env_trainer, save, write_json)
+                                  restore_env_trainer, save, stop_at_once, write_json)
 from workbook.cli import (add_seeds_option, make_parser, parse_overrides, require, require_at_least, require_divides,
                           require_in, require_unique_seeds)
 from workbook.progress import Progress
@@ -443,9 +443,26 @@ def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, e
                   f"--set learning_rate={lr:g}", file=sys.stderr, flush=True)
         return {"seed": seed, "solved": False, "status": status, "run_dir": str(run_dir)}
 
+    agent = task.checkpoint(trainer) | {"layout": LAYOUT, "command": task.name, "impl": options.impl,
+                                        "args": dataclasses.asdict(args), "global_step": steps_done}
     returns = outcome["check_returns"]
     if returns is None:
-        returns = task.evaluate(module, trainer, options.eval_episodes, 10_000 + seed)
+        print(f"evaluating: {task.eval_label} over {options.eval_episodes} episodes …", flush=True)
+        try:
+            with stop_at_once():  # Ctrl-C stops the evaluation itself: training is over and saved
+                returns = task.evaluate(module, trainer, options.eval_episodes, 10_000 + seed)
+        except Abandoned:
+            save(agent, run_dir / "agent.pt")
+            write_json(summary | {"evaluation": None}, run_dir / "summary.json")
+            plot_learning_curve(episodes, run_dir / "learning_curve.png",
+                                f"PPO on {args.env_id} ({options.impl}, seed {seed}): not evaluated",
+                                solved_return, task.ylim, sigma, goal_label=task.goal_label(solved_return))
+            if run is not None:
+                run.finish(exit_code=1)
+            print(f"interrupted during the final evaluation; training finished ({steps_done} steps) and is saved in "
+                  f"{run_dir}/ (agent.pt, {CHECKPOINT}, metrics.jsonl, learning_curve.png); evaluate it with: "
+                  f"python -m workbook evaluate {run_dir}", flush=True)
+            return {"seed": seed, "solved": False, "status": "interrupted", "run_dir": str(run_dir)}
     solved = bool(returns.mean() >= solved_return)
     reached, missed = task.goal_words
     when = (f"(stopped when the solve check passed at step {steps_done})" if status == "solved"
@@ -456,10 +473,7 @@ def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, e
           f"{train_seconds:.1f} s of training", flush=True)
     evaluation = {"episodes": len(returns), "seed": 10_000 + seed, "mean_return": float(returns.mean()),
                   "std_return": float(returns.std()), "min_return": float(returns.min()), "solved": solved}
-    save(task.checkpoint(trainer) | {"layout": LAYOUT, "command": task.name, "impl": options.impl,
-                                     "args": dataclasses.asdict(args), "eval_returns": returns.tolist(),
-                                     "eval_seed": 10_000 + seed, "global_step": steps_done},
-         run_dir / "agent.pt")
+    save(agent | {"eval_returns": returns.tolist(), "eval_seed": 10_000 + seed}, run_dir / "agent.pt")
     write_json(summary | {"evaluation": evaluation}, run_dir / "summary.json")
     label = task.eval_label.replace("evaluation", "eval")
     plot_learning_curve(episodes, run_dir / "learning_curve.png",
