@@ -303,3 +303,14 @@ def test_a_run_off_a_terminal_prints_progress_lines(flag, tmp_path, capsys, monk
         assert [line.split(",")[0] for line in lines] == ["cartpole: global_step=512/1024 (50%)",
                                                           "cartpole: global_step=1024/1024 (100%)"]
         assert all("episodic_return=" in line and "sps=" in line for line in lines)
+
+
+def test_the_offline_wandb_run_is_named_with_its_sync_command(tmp_path):
+    from workbook.runs import wandb_sync_line
+
+    assert wandb_sync_line(tmp_path) is None, "no wandb folder: nothing to say"
+    (tmp_path / "wandb" / "offline-run-20260101_120000-abc123").mkdir(parents=True)
+    where = tmp_path / "wandb" / "offline-run-20260101_120000-abc123"
+    assert wandb_sync_line(tmp_path) == f"wandb: the offline run is in {where}; upload it with: wandb sync {where}"
+    (tmp_path / "wandb" / "offline-run-20260102_120000-def456").mkdir()  # a resumed run's second one
+    assert wandb_sync_line(tmp_path).endswith(f"wandb sync {tmp_path / 'wandb' / 'offline-run-*'}")

@@ -447,7 +447,7 @@ def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, e
                                         "args": dataclasses.asdict(args), "global_step": steps_done}
     returns = outcome["check_returns"]
     if returns is None:
-        print(f"evaluating: {task.eval_label} over {options.eval_episodes} episodes …", flush=True)
+        print(f"evaluating the trained agent on {options.eval_episodes} episodes ({task.eval_label}) …", flush=True)
         try:
             with stop_at_once():  # Ctrl-C stops the evaluation itself: training is over and saved
                 returns = task.evaluate(module, trainer, options.eval_episodes, 10_000 + seed)
