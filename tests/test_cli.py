@@ -191,7 +191,8 @@ STUB_FIRST = {"cartpole": ("get_actor_and_critic", "part2_cartpole", 2),
               "continuous": ("GaussianActor.__init__", "part4_continuous", 4),
               "atari": ("NatureCNN.__init__", "part8_atari", 8),
               "rlhf": ("GPTWithValueHead.__init__", "part3_rlhf", 3)}
-"""The first stub each command reaches with the exercises as they ship (reason: tests/test_reason_train.py)."""
+"""The first exercise code each command runs (reason: tests/test_reason_train.py); the test makes it a stub,
+so that it is the one reached whatever the learner has filled in."""
 
 
 def stub_line(name: str, part: str, number: int) -> str:
@@ -200,7 +201,11 @@ def stub_line(name: str, part: str, number: int) -> str:
 
 
 @pytest.mark.parametrize("command", list(STUB_FIRST))
-def test_a_stub_is_one_line_naming_it_exit_2_and_no_run_folder(command, tmp_path, capsys, monkeypatch):
+def test_a_stub_is_one_line_naming_it_exit_2_and_no_run_folder(command, tmp_path, capsys, monkeypatch, plant_stub):
+    import importlib
+
+    name, part, _ = STUB_FIRST[command]
+    plant_stub(importlib.import_module(f"exercises.{part}"), name)
     if command == "rlhf":  # a tiny review GPT instead of the cached one (pretrained for minutes on a fresh clone)
         from workbook.lm.pretrain import TINY_ARGS, pretrain
         from workbook.loop.backend import TinyGPT
@@ -216,7 +221,7 @@ def test_a_stub_is_one_line_naming_it_exit_2_and_no_run_folder(command, tmp_path
     assert not (runs / "stub").exists() and "stub" not in out, "no run folder, and none named"
 
 
-def test_a_stub_reached_in_training_removes_the_new_run_folder_and_says_so(tmp_path, capsys, monkeypatch):
+def test_a_stub_reached_in_training_removes_the_new_run_folder_and_says_so(tmp_path, capsys, monkeypatch, plant_stub):
     import exercises.part1_ppo_core as ex1
     import exercises.part2_cartpole as ex2
     import solutions.part1_ppo_core as sol1
@@ -227,6 +232,7 @@ def test_a_stub_reached_in_training_removes_the_new_run_folder_and_says_so(tmp_p
         if hasattr(ex2, name) and getattr(ex2, name) is getattr(ex1, name) and hasattr(sol1, name):
             monkeypatch.setattr(ex2, name, getattr(sol1, name))
     monkeypatch.setattr(ex2, "get_actor_and_critic", sol2.get_actor_and_critic)
+    plant_stub(ex2, "PPOAgent.play_step")
     runs = tmp_path / "runs"
     assert workbook_main(["cartpole", "--impl", "exercises", "--runs-dir", str(runs), "--run-name", "mid",
                           "--wandb", "disabled", "--no-progress"]) == 2
