@@ -168,7 +168,7 @@ def parse_command(argv: list[str] | None) -> tuple[Args, list[int]]:
     # quiet is for scripts (the benchmarks); the command line says --no-progress, as every command does.
     add_dataclass_arguments(parser, Args, skip=("seed", "quiet", "progress"))
     parser.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="no progress bar over the iterations (e.g. in CI logs)")
+                        help="no progress bar on a terminal, no progress line every 30 s elsewhere")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="set any option by its field name, e.g. --set kl_coef=0.1 (repeatable; same as --kl-coef 0.1)")
     argv = list(sys.argv[1:] if argv is None else argv)
