@@ -44,15 +44,16 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from workbook.atari.envs import check_atari_env, random_return  # noqa: E402
-from workbook.atari.train import device_setting  # noqa: E402
+from workbook.atari.train import RECIPES, device_setting  # noqa: E402
 from workbook.cli import add_seeds_option, make_parser, parse_overrides, require, require_positive, require_unique_seeds  # noqa: E402
 from workbook.runs import ConfigError, command  # noqa: E402
 
-RECIPE = {"learning_rate": 5e-4}
-"""The 15-minute recipe, on top of AtariPPOArgs' (CleanRL's) defaults, for both sides (``--set`` overrides it).
+RECIPE = {k: v for k, v in RECIPES["15min"].items() if k != "total_timesteps"}
+"""The 15-minute recipe, on top of AtariPPOArgs' (CleanRL's) defaults, for both sides (``--set`` overrides it):
+``python -m workbook atari``'s default ``--recipe 15min`` (workbook/atari/train.py's RECIPES, the one source).
 With ``--total-timesteps 165000`` (the default here) the rate decays to 0 within the budget; measured in
 docs/atari.md: CleanRL's 2.5e-4 over 10M steps left all 4 runs measured (2 seeds × both sides) under 8.5."""
-BUDGET_STEPS = 165_000
+BUDGET_STEPS = int(RECIPES["15min"]["total_timesteps"])
 """Agent steps in 900 s on one core of the 2-core machine (185–210 steps/s): the default ``--total-timesteps``."""
 
 CLEANRL_FIELDS = {"num_envs": "num-envs", "num_steps_per_rollout": "num-steps", "learning_rate": "learning-rate",

@@ -46,3 +46,28 @@ def variant_results(request) -> dict[str, list[dict]]:
         return variants.run_suite_on_variants("variants")
     request.config._workbook_variant_run = None
     return run.results()
+
+
+@pytest.fixture
+def plant_stub(monkeypatch):
+    """``plant_stub(module, "Class.method")``: make that function of an exercises module a stub, as it ships.
+
+    The stub raises ``NotImplementedError`` from code that claims the module's file and the
+    function's name, as the learner's unfinished stub would: the commands' messages that name a
+    stub can be tested whatever the learner has filled in so far.
+    """
+    import types
+
+    def plant(module, qualname: str) -> None:
+        *outer, name = qualname.split(".")
+        owner = module
+        for part in outer:
+            owner = getattr(owner, part)
+
+        def stub(*args, **kwargs):
+            raise NotImplementedError()
+
+        code = stub.__code__.replace(co_filename=module.__file__, co_name=name, co_qualname=qualname)
+        monkeypatch.setattr(owner, name, types.FunctionType(code, stub.__globals__, name))
+
+    return plant

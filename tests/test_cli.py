@@ -183,3 +183,140 @@ def test_only_runs_py_starts_wandb():
     """Same wandb policy in every command: nobody else calls wandb.init."""
     callers = [p.relative_to(ROOT) for p in (ROOT / "workbook").rglob("*.py") if "wandb.init(" in p.read_text()]
     assert callers == [Path("workbook/runs.py")]
+
+
+# --- a stub of the learner's: one behaviour for every training command -------------------------
+
+STUB_FIRST = {"cartpole": ("get_actor_and_critic", "part2_cartpole", 2),
+              "continuous": ("GaussianActor.__init__", "part4_continuous", 4),
+              "atari": ("NatureCNN.__init__", "part8_atari", 8),
+              "rlhf": ("GPTWithValueHead.__init__", "part3_rlhf", 3)}
+"""The first exercise code each command runs (reason: tests/test_reason_train.py); the test makes it a stub,
+so that it is the one reached whatever the learner has filled in."""
+
+
+def stub_line(name: str, part: str, number: int) -> str:
+    return (f"error: --impl: exercises: {name} in exercises/{part}.py (Part {number}) is still a stub; fill it in "
+            f"(pytest tests/test_{part}.py shows which are done) or use --impl solutions")
+
+
+@pytest.mark.parametrize("command", list(STUB_FIRST))
+def test_a_stub_is_one_line_naming_it_exit_2_and_no_run_folder(command, tmp_path, capsys, monkeypatch, plant_stub):
+    import importlib
+
+    name, part, _ = STUB_FIRST[command]
+    plant_stub(importlib.import_module(f"exercises.{part}"), name)
+    if command == "rlhf":  # a tiny review GPT instead of the cached one (pretrained for minutes on a fresh clone)
+        from workbook.lm.pretrain import TINY_ARGS, pretrain
+        from workbook.loop.backend import TinyGPT
+
+        model, tok, _ = pretrain(TINY_ARGS, progress=False)
+        monkeypatch.setattr(TinyGPT, "load", lambda self, args, dp: (model, tok))
+    runs = tmp_path / "runs"
+    argv = [command, "--impl", "exercises", "--runs-dir", str(runs), "--run-name", "stub", "--wandb", "disabled",
+            "--no-progress"]
+    assert workbook_main(argv) == 2
+    out, err = capsys.readouterr()
+    assert err == stub_line(*STUB_FIRST[command]) + "\n"
+    assert not (runs / "stub").exists() and "stub" not in out, "no run folder, and none named"
+
+
+def test_a_stub_reached_in_training_removes_the_new_run_folder_and_says_so(tmp_path, capsys, monkeypatch, plant_stub):
+    import exercises.part1_ppo_core as ex1
+    import exercises.part2_cartpole as ex2
+    import solutions.part1_ppo_core as sol1
+    import solutions.part2_cartpole as sol2
+
+    # Part 1 done and the networks built: the trainer starts, and the first rollout reaches PPOAgent.play_step.
+    for name in dir(ex1):
+        if hasattr(ex2, name) and getattr(ex2, name) is getattr(ex1, name) and hasattr(sol1, name):
+            monkeypatch.setattr(ex2, name, getattr(sol1, name))
+    monkeypatch.setattr(ex2, "get_actor_and_critic", sol2.get_actor_and_critic)
+    plant_stub(ex2, "PPOAgent.play_step")
+    runs = tmp_path / "runs"
+    assert workbook_main(["cartpole", "--impl", "exercises", "--runs-dir", str(runs), "--run-name", "mid",
+                          "--wandb", "disabled", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == (stub_line("PPOAgent.play_step", "part2_cartpole", 2)
+                   + f"; nothing was trained, so the new run folder {runs / 'mid'} was removed\n")
+    assert not (runs / "mid").exists()
+
+
+def test_a_stub_never_removes_a_folder_it_did_not_create(tmp_path, capsys):
+    from workbook.runs import discard_new_run, new_run_dir
+
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "metrics.jsonl").write_text("{}\n")
+    assert not discard_new_run(old) and (old / "metrics.jsonl").exists(), "not created by this process: kept"
+    new = new_run_dir(tmp_path, "new")
+    assert discard_new_run(new) and not new.exists()
+
+
+# --- progress: a bar on a terminal, a plain line every so often elsewhere (workbook/progress.py) ----
+
+class FakeTerminal:
+    def __init__(self, tty: bool):
+        self.tty, self.text = tty, []
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, text: str) -> int:
+        self.text.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("every", ["0", "1000"])
+def test_progress_is_a_bar_on_a_terminal_and_plain_lines_elsewhere(every, monkeypatch):
+    from workbook.progress import Progress
+
+    monkeypatch.setenv("WORKBOOK_PROGRESS_EVERY_S", every)
+    terminal, log = FakeTerminal(True), FakeTerminal(False)
+    for stream in (terminal, log):
+        progress = Progress(30, counter="global_step", prefix="atari", stream=stream)
+        for n in (10, 20, 30):
+            progress.update(n, episodic_return="1.5")
+        progress.close()
+    assert any("\r" in t for t in terminal.text) and not any("global_step=" in t for t in terminal.text), "a bar"
+    lines = "".join(log.text).splitlines()
+    assert not any("\r" in t for t in log.text), "no bar off a terminal"
+    expected = ["atari: global_step=10/30 (33%), episodic_return=1.5", "atari: global_step=20/30 (67%), episodic_return=1.5",
+                "atari: global_step=30/30 (100%), episodic_return=1.5"]
+    if every == "1000":
+        expected = expected[-1:]  # none due yet: the last one only, when the run stops
+    assert [line.rsplit(", ", 1)[0] for line in lines] == expected, lines
+    quiet = FakeTerminal(False)
+    progress = Progress(30, stream=quiet, enabled=False)
+    progress.update(30)
+    progress.close()
+    assert quiet.text == [], "--no-progress: nothing"
+
+
+@pytest.mark.parametrize("flag", [[], ["--no-progress"]])
+def test_a_run_off_a_terminal_prints_progress_lines(flag, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WORKBOOK_PROGRESS_EVERY_S", "0")  # a line at every update (default: every 30 s)
+    assert workbook_main(["cartpole", "--impl", "solutions", "--total-timesteps", "1024", "--set", "num_envs=4",
+                          "--set", "num_steps_per_rollout=128", "--runs-dir", str(tmp_path), "--wandb", "disabled",
+                          *flag]) in (0, 1)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cartpole: global_step=")]
+    if flag:
+        assert lines == []
+    else:
+        assert [line.split(",")[0] for line in lines] == ["cartpole: global_step=512/1024 (50%)",
+                                                          "cartpole: global_step=1024/1024 (100%)"]
+        assert all("episodic_return=" in line and "sps=" in line for line in lines)
+
+
+def test_the_offline_wandb_run_is_named_with_its_sync_command(tmp_path):
+    from workbook.runs import wandb_sync_line
+
+    assert wandb_sync_line(tmp_path) is None, "no wandb folder: nothing to say"
+    (tmp_path / "wandb" / "offline-run-20260101_120000-abc123").mkdir(parents=True)
+    where = tmp_path / "wandb" / "offline-run-20260101_120000-abc123"
+    assert wandb_sync_line(tmp_path) == f"wandb: the offline run is in {where}; upload it with: wandb sync {where}"
+    (tmp_path / "wandb" / "offline-run-20260102_120000-def456").mkdir()  # a resumed run's second one
+    assert wandb_sync_line(tmp_path).endswith(f"wandb sync {tmp_path / 'wandb' / 'offline-run-*'}")

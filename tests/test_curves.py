@@ -86,3 +86,22 @@ def test_the_step_where_the_greedy_check_passed_is_marked(tmp_path, monkeypatch)
     assert not any("greedy check" in t for t in texts)
     texts = legend_texts(monkeypatch, lambda: plot_learning_curve(runs[1][0], tmp_path / "p.png", "t", 475, solved_at=200))
     assert "greedy check passed (step 200)" in texts
+
+
+def test_the_smoothed_line_has_one_point_per_learning_phase_and_the_goal_says_how_it_is_measured(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    # Three learning phases; every episode of a rollout ends at that phase's step (as the commands record them).
+    episodes = [(1024, r) for r in (0.0, 1.0, 2.0)] + [(2048, r) for r in (3.0, 4.0)] + [(3072, r) for r in (5.0, 6.0, 7.0)]
+    kept = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: kept.append(fig))
+    plot_learning_curve(episodes, tmp_path / "p.png", "t", 8.5, goal_label="goal 8.5 (5× random, sampled actions)")
+    ax = kept[-1].axes[0]
+    smooth = next(line for line in ax.get_lines() if line.get_label().startswith("mean of last"))
+    x, y = smooth.get_data()
+    assert list(x) == [1024, 2048, 3072], "one point per phase: no vertical run of points at one step"
+    assert list(y) == pytest.approx([1.0, 2.0, 3.5]), "the mean of the (up to 20) episodes finished by each phase"
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "goal 8.5 (5× random, sampled actions)" in texts and not any("greedy" in t or "solved" in t for t in texts)
+    plot_learning_curve(episodes, tmp_path / "c.png", "t", 475)
+    assert "solved (475, greedy)" in [t.get_text() for t in kept[-1].axes[0].get_legend().get_texts()], "CartPole's"

@@ -336,3 +336,23 @@ def test_evaluate_reads_an_atari_run(tmp_path, capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("error: RUN_DIR: ") and "truncated" in err, err
     assert files_of(run_dir) == before
+
+
+def test_ctrl_c_during_the_final_evaluation_stops_it_and_keeps_the_trained_run(tmp_path, capsys, monkeypatch):
+    original = cartpole.CARTPOLE.evaluate
+
+    def evaluate_interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the final evaluation runs
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(cartpole.CARTPOLE, "evaluate", evaluate_interrupted)
+    code = cartpole.main(SMALL + PROBE_RUNS["cartpole"][2] + ["--full-budget"] + common(tmp_path, "run"))
+    out, err = capsys.readouterr()
+    assert code == INTERRUPTED
+    run_dir = tmp_path / "run"
+    assert "interrupted during the final evaluation" in out and f"python -m workbook evaluate {run_dir}" in out
+    assert "stopping after this update" not in err, "an evaluation has no update to finish: it stops at once"
+    assert len(metrics(run_dir)) == 8, "every update trained, none after the signal"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["evaluation"] is None and summary["global_step"] == 512
+    assert evaluate.main([str(run_dir), "--episodes", "2"]) == 0, "the saved agent evaluates"

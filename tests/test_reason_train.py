@@ -234,28 +234,32 @@ def test_a_problem_file_needs_a_model_and_well_formed_lines(tmp_path, capsys):
         reasoning.read_problem_file(str(bad))
 
 
-@pytest.mark.parametrize("done,stub", [((), "answer_reward"), (("answer_reward", "pass_at_k"), "overlong_penalty")])
-def test_impl_exercises_names_the_unfilled_part7_stub(tiny, tmp_path, capsys, monkeypatch, done, stub):
+@pytest.mark.parametrize("stub", ["answer_reward", "overlong_penalty"])
+def test_impl_exercises_names_the_unfilled_part7_stub(tiny, tmp_path, capsys, monkeypatch, plant_stub, stub):
     import exercises.part3_rlhf as ex3
     import exercises.part5_beyond_ppo as ex5
     import exercises.part7_reasoning as ex7
 
-    # Parts 3 and 5 done (the reference's), Part 7 as it ships except ``done``.
-    for ex, sol in ((ex3, sol3), (ex5, sol5)):
+    # Parts 3, 5 and 7 done (the reference's), except ``stub`` (whatever the learner has filled in).
+    for ex, sol in ((ex3, sol3), (ex5, sol5), (ex7, sol7)):
         for name in dir(sol):
             if not name.startswith("_") and callable(getattr(sol, name)) and hasattr(ex, name):
                 monkeypatch.setattr(ex, name, getattr(sol, name))
-    for name in done:
-        monkeypatch.setattr(ex7, name, getattr(sol7, name))
+    plant_stub(ex7, stub)
     model, tok = tiny
     monkeypatch.setattr(reasoning.Reasoner, "load", lambda self, args, dp: (copy.deepcopy(model), tok))
     argv = ["--impl", "exercises", "--iterations", "1", "--batch-size", "8", "--group-size", "4", "--mini-batch-size", "4",
             "--eval-samples", "2", "--eval-k", "2", "--max-new-tokens", "48", "--wandb", "disabled", "--runs-dir",
             str(tmp_path), "--no-progress"]
-    assert main(argv) == 1
+    assert main(argv + ["--run-name", "stub"]) == 2, "a stub is an --impl that cannot run: exit status 2, as a bad option"
     err = capsys.readouterr().err.strip()
-    assert err == (f"--impl exercises: {stub} in exercises/part7_reasoning.py is still a stub; fill it in "
-                   "(pytest tests/test_part7_reasoning.py shows which are done) or use --impl solutions")
+    named = (f"error: --impl: exercises: {stub} in exercises/part7_reasoning.py (Part 7) is still a stub; fill it in "
+             "(pytest tests/test_part7_reasoning.py shows which are done) or use --impl solutions")
+    # answer_reward is reached by the evaluation before training (before the run folder exists);
+    # overlong_penalty in the first iteration, after it: then the empty folder is removed, and said so.
+    removed = "" if stub == "answer_reward" else f"; nothing was trained, so the new run folder {tmp_path / 'stub'} was removed"
+    assert err == named + removed
+    assert not (tmp_path / "stub").exists(), "no run folder is left of a run that trained nothing"
 
 
 # --- a Hugging Face model ----------------------------------------------------------------------------
@@ -333,3 +337,117 @@ def test_evaluate_reproduces_a_reason_runs_final_pass_at_k(tiny, tmp_path, capsy
     assert evaluate.evaluate_lm(tmp_path / "run", state, options, model=copy.deepcopy(model), tok=tok) == 0
     out = capsys.readouterr().out
     assert "3 held-out prompts (seed 5" in out and "reproduced" not in out
+
+
+# --- what the command shows and stores (issue 28) ---------------------------------------------------
+
+def tiny_main(tiny, monkeypatch, tmp_path, *extra):
+    """``main`` on the tiny reasoner (the reference code), with ``extra`` options."""
+    model, tok = tiny
+    monkeypatch.setattr(reasoning.Reasoner, "load", lambda self, args, dp: (copy.deepcopy(model), tok))
+    argv = ["--impl", "solutions", "--iterations", "2", "--batch-size", "8", "--group-size", "4", "--mini-batch-size", "4",
+            "--eval-samples", "3", "--eval-k", "2", "--max-new-tokens", "48", "--wandb", "disabled", "--runs-dir",
+            str(tmp_path), "--run-name", "r", "--no-progress", *extra]
+    return main(argv)
+
+
+def test_summary_and_set_hold_only_the_commands_own_fields(tiny, tmp_path, monkeypatch, capsys):
+    assert tiny_main(tiny, monkeypatch, tmp_path) == 0
+    out = capsys.readouterr().out
+    config = json.loads((tmp_path / "r" / "summary.json").read_text())["config"]
+    for rlhf_only in reasoning.NOT_STORED:
+        assert rlhf_only not in config, f"{rlhf_only} is an rlhf setting, not one of reason's"
+    assert config["eps_high"] == 0.28 and config["overlong_cache"] == 12, "the values dapo used (48 // 4 = 12)"
+    assert config["format_reward"] == 0.1 and config["eval_k"] == 2
+    # --set lists only fields it accepts: each one listed is accepted
+    assert main(["--set", "not_a_field=3"]) == 2
+    listed = capsys.readouterr().err.split("(fields: ")[1].rstrip(")\n").split(", ")
+    assert not set(reasoning.HIDDEN) & set(listed) and "eps_high" in listed and "format_reward" in listed
+    assert "policy.pt" in out and "checkpoint.pt" in out
+
+
+def test_help_shows_the_defaults_of_the_default_algorithm(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--eps-high EPS_HIGH Upper clip" in text
+    eps = text.split("--eps-high EPS_HIGH Upper clip")[1].split("--dynamic-sampling")[0]
+    assert "0.28 with --algo dapo" in eps, eps
+    assert "(default: 16" in text.split("--overlong-cache OVERLONG_CACHE DAPO")[1].split("--mask-truncated")[0]
+    kl = text.split("--kl-target KL_TARGET Target")[1].split("--kl-horizon")[0]
+    assert "per-completion" in kl and "review" not in kl
+    # the parsed defaults stay the field's: another algorithm does not inherit dapo's
+    grpo = parse_command(["--algo", "grpo"])[0]
+    assert grpo.eps_high == 0.2 and not grpo.dynamic_sampling and grpo.overlong_cache == 0
+    assert parse_command([])[0].eps_high == 0.28
+
+
+@pytest.mark.parametrize("value", ["1", "1.5", "-0.1"])
+def test_format_reward_has_one_range_in_every_message(value, capsys):
+    assert main(["--format-reward", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --format-reward: must be in [0, 1) "), err
+    assert parse_command(["--format-reward", "0.99"])[0].format_reward == 0.99
+
+
+def test_the_run_says_when_it_evaluates_and_what_it_wrote(tiny, tmp_path, monkeypatch, capsys):
+    assert tiny_main(tiny, monkeypatch, tmp_path) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    evaluating = [i for i, line in enumerate(lines) if line.startswith("evaluating ")]
+    assert len(evaluating) == 2 and "3 held-out problems × 2 samples" in lines[evaluating[0]]
+    assert lines[evaluating[0] + 1].startswith("before:") and lines[evaluating[1] + 1].startswith("after:")
+    run = tmp_path / "r"
+    wrote = next(line for line in lines if line.startswith(f"wrote {run}/"))
+    for name in ("metrics.jsonl", "samples.jsonl", "curves.png", "summary.json", "checkpoint.pt", "policy.pt"):
+        assert name in wrote and (run / name).exists()
+    assert "wandb/" not in wrote, "--wandb disabled: no wandb folder to list"
+    assert f"next: python -m workbook evaluate {run}" in lines
+
+
+def test_a_resumed_run_says_where_it_resumes(tiny, tmp_path, monkeypatch, capsys):
+    assert tiny_main(tiny, monkeypatch, tmp_path) == 0
+    capsys.readouterr()
+    model, tok = tiny
+    assert main(["--resume", str(tmp_path / "r"), "--iterations", "3", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"resuming {tmp_path / 'r'} at iteration 2 of 3" in out
+
+
+def interrupt_evaluation(monkeypatch, which: int):
+    """SIGINT during the ``which``-th evaluation (1: before training, 2: after), as Ctrl-C would."""
+    import signal
+
+    calls = []
+    original = reasoning.ReasoningTask.evaluate
+
+    def evaluate(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == which:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(reasoning.ReasoningTask, "evaluate", evaluate)
+
+
+def test_ctrl_c_during_the_final_evaluation_stops_it_and_trains_no_more(tiny, tmp_path, monkeypatch, capsys):
+    interrupt_evaluation(monkeypatch, 2)
+    assert tiny_main(tiny, monkeypatch, tmp_path) == 130
+    out = capsys.readouterr().out
+    run = tmp_path / "r"
+    assert "interrupted during the final evaluation" in out and f"python -m workbook evaluate {run}" in out
+    assert len(rows(run / "metrics.jsonl")) == 2, "no iteration after the interruption"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["after"] is None and summary["iterations"] == 2
+    assert (run / "policy.pt").exists() and (run / "checkpoint.pt").exists(), "the trained policy is saved"
+    from workbook.checkpoints import load_run
+
+    assert load_run(run, "--resume", ("reason",))["iteration"] == 2
+
+
+def test_ctrl_c_during_the_first_evaluation_stops_before_any_training(tiny, tmp_path, monkeypatch, capsys):
+    interrupt_evaluation(monkeypatch, 1)
+    assert tiny_main(tiny, monkeypatch, tmp_path) == 130
+    captured = capsys.readouterr()
+    assert "stopping after this iteration" not in captured.err
+    assert not (tmp_path / "r").exists(), "nothing was trained: no run folder"

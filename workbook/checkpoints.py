@@ -28,6 +28,7 @@ workbook/cartpole/train.py):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -209,16 +210,24 @@ class StopSignals:
 
     The first signal sets :attr:`requested` (the signal's name) and prints one line; the loop
     reads it after each update. The second raises :class:`Abandoned` wherever the program is.
-    Outside the main thread (where Python cannot install handlers) it does nothing.
+    Inside :func:`stop_at_once` (an evaluation: nothing to finish, no update to wait for) the first
+    signal raises :class:`Abandoned` at once. Outside the main thread (where Python cannot install
+    handlers) it does nothing.
     """
+
+    current: "StopSignals | None" = None
+    """The innermost active instance (what :func:`stop_at_once` switches)."""
 
     def __init__(self, message: str | None = "stopping after this update (press Ctrl-C again to stop now)"):
         self.message = message
         self.requested: str | None = None
+        self.at_once = False
         self._previous: dict[int, Any] = {}
+        self._outer: StopSignals | None = None
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested is not None:
+        if self.requested is not None or self.at_once:
+            self.requested = self.requested or signal.Signals(signum).name
             raise Abandoned(signal.Signals(signum).name)
         self.requested = signal.Signals(signum).name
         if self.message:
@@ -230,12 +239,32 @@ class StopSignals:
                 self._previous[sig] = signal.signal(sig, self._handle)
         except ValueError:  # not the main thread
             self._previous.clear()
+        self._outer, StopSignals.current = StopSignals.current, self
         return self
 
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        StopSignals.current = self._outer
+
+
+@contextlib.contextmanager
+def stop_at_once():
+    """While inside, the first SIGINT/SIGTERM raises :class:`Abandoned` at once (under an active :class:`StopSignals`).
+
+    For an evaluation: it has no update to finish, so "stopping after this iteration" would only
+    mean "after the whole evaluation, and then one more iteration".
+    """
+    stop = StopSignals.current
+    if stop is None:
+        yield
+        return
+    before, stop.at_once = stop.at_once, True
+    try:
+        yield
+    finally:
+        stop.at_once = before
 
 
 class NonFinite(Exception):

@@ -22,7 +22,7 @@ import re
 import textwrap
 import types
 import typing
-from typing import Any, Literal, TypeVar
+from typing import Any, Callable, Literal, TypeVar
 
 from workbook.runs import ConfigError
 
@@ -133,23 +133,32 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default if f.default is not dataclasses.MISSING else f.default_factory()
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
-    """One option per field of ``cls`` (a dataclass whose fields all have defaults), except the fields in ``skip``."""
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (),
+                            shown_default: Callable[[str, Any], str] | None = None) -> None:
+    """One option per field of ``cls`` (a dataclass whose fields all have defaults), except the fields in ``skip``.
+
+    ``shown_default(field, default)``: what ``--help`` says the default is, when the command's
+    default differs from the field's (an algorithm's own value); the parsed default stays the field's.
+    """
     docs, hints = field_docs(cls), field_types(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         default = _default(f)
+        shown = shown_default(f.name, default) if shown_default else str(default)
         flag = f"--{f.name.replace('_', '-')}"
         choices = choices_of(hints[f.name])
         if isinstance(default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=docs.get(f.name))
+            text = docs.get(f.name) or ""
+            if shown != str(default):
+                text += f" (default: {shown})"
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=text or None)
         elif choices:
             parser.add_argument(flag, choices=choices, default=default,
-                                help=f"{docs.get(f.name, '')} (default: {default})")
+                                help=f"{docs.get(f.name, '')} (default: {shown})")
         else:
             parser.add_argument(flag, type=type(default), default=default,
-                                help=f"{docs.get(f.name, '')} (default: {default})")
+                                help=f"{docs.get(f.name, '')} (default: {shown})")
 
 
 def dataclass_from_args(cls: type[T], namespace: argparse.Namespace, **overrides: Any) -> T:
@@ -188,16 +197,19 @@ def parse_value(field: str, hint: Any, text: str) -> Any:
     return text
 
 
-def parse_overrides(items: list[str], cls: type, option: str = "--set") -> dict[str, Any]:
-    """``["lr=1e-3", ...]`` as ``{"lr": 0.001}``, each checked against ``cls``'s fields and types."""
-    hints = field_types(cls)
+def parse_overrides(items: list[str], cls: type, option: str = "--set", skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``["lr=1e-3", ...]`` as ``{"lr": 0.001}``, each checked against ``cls``'s fields and types.
+
+    ``skip``: fields the command does not have (refused, and not listed as choices).
+    """
+    hints = {k: v for k, v in field_types(cls).items() if k not in skip}
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(option, f"expected FIELD=VALUE, got {item!r}")
         if key not in hints:
-            raise ConfigError(option, f"{cls.__name__} has no field {key!r} (fields: {', '.join(hints)})")
+            raise ConfigError(option, f"this command has no field {key!r} (fields: {', '.join(hints)})")
         out[key] = parse_value(key, hints[key], value)
     return out
 

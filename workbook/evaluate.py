@@ -35,7 +35,7 @@ import torch
 
 from workbook.checkpoints import CHECKPOINT, load_run
 from workbook.cli import make_parser, require_at_least, require_unique_seeds, seed_value
-from workbook.runs import WANDB_MODES, ConfigError, check_can_create, command, start_wandb
+from workbook.runs import WANDB_MODES, ConfigError, check_can_create, command, start_wandb, stub_error
 
 TASKS = {  # command → where its Task is (what rebuilds, evaluates and films its agent)
     "cartpole": "workbook.cartpole.train:CARTPOLE",
@@ -81,9 +81,8 @@ def load_agent(state: dict, impl: str | None) -> tuple[Any, Any, Any, str]:
         raise ConfigError("RUN_DIR", f"its saved settings do not fit {impl}/{task.part}.py ({error})") from None
     try:
         trainer = task.make_trainer(module, args)  # one process: the part's own trainer class
-    except NotImplementedError:
-        raise ConfigError("--impl", f"{impl}/{task.part}.py still has unfinished exercises (pytest "
-                                    f"tests/test_{task.part}.py shows which); or pass --impl solutions") from None
+    except NotImplementedError:  # the stub by name, as the training commands say it
+        raise stub_error(impl, f"exercises/{task.part}.py") from None
     weights = state["trainer"] if "trainer" in state else state
     try:
         if "network" in weights:  # Part 8's agent.pt: the one network that is both actor and critic
@@ -122,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="record one episode as MP4 under RUN_DIR/video/ (needs moviepy and pygame)")
     parser.add_argument("--wandb", choices=WANDB_MODES, default="disabled",
                         help="log the figures (and the video) to a new wandb run in RUN_DIR (default: disabled)")
-    parser.add_argument("--wandb-project", default="ppo-rlhf-workbook")
+    parser.add_argument("--wandb-project", default="ppo-rlhf-workbook",
+                        help="the wandb project of that run, with --wandb offline|online (default: %(default)s)")
     options = parser.parse_args(argv)
     if options.episodes is not None:
         require_at_least("--episodes", options.episodes, 1)
@@ -246,7 +246,7 @@ def evaluate_lm(run_dir: Path, state: dict, options: Any, *, model: Any = None, 
         backend = Reasoner(args.task) if reason and not args.model else make_backend(args)
         backend.check(args)
         model, tok = backend.load(args, distributed.context())
-    parts = "Parts 3/5/7" if reason else "Parts 3/5"
+    stub_file = "exercises/part7_reasoning.py" if reason else "exercises/part3_rlhf.py"
     try:
         if reason:
             task = make_task(args)
@@ -256,7 +256,7 @@ def evaluate_lm(run_dir: Path, state: dict, options: Any, *, model: Any = None, 
             task = review_task(args, tok)
         algo = make_algorithm(args, model, tok, task)
     except NotImplementedError:
-        raise ConfigError("--impl", f"{impl}'s {parts} still have unfinished exercises; or pass --impl solutions") from None
+        raise stub_error(impl, stub_file) from None
     algo.policy.load_state_dict(state["algo"]["policy"])
     device = torch.device(args.device)
     policy, reference = algo.policy.to(device), algo.reference.to(device)
@@ -268,11 +268,13 @@ def evaluate_lm(run_dir: Path, state: dict, options: Any, *, model: Any = None, 
     print(f"{args.algo} policy from {run_dir}/{CHECKPOINT} ({impl}, iteration {state['iteration']} of {args.iterations}"
           f"{', ' + state['status'] if state['status'] != 'finished' else ''})")
     for seed in options.seeds or [args.seed + 777]:  # the run's own evaluation seed by default
+        print(f"evaluating on {n} held-out prompts (seed {seed}"
+              + (f", {args.eval_k} samples each" if reason else "") + ") …", flush=True)
         try:  # a reason run scores with the learner's answer_reward and pass_at_k
             result = task.evaluate(policy, reference, tok, task.eval_prompts(n), temperature=args.temperature,
                                    max_new_tokens=args.max_new_tokens, seed=seed)
         except NotImplementedError:
-            raise ConfigError("--impl", f"{impl}'s {parts} still have unfinished exercises; or pass --impl solutions") from None
+            raise stub_error(impl, stub_file) from None
         print(f"{n} held-out prompts (seed {seed}, temperature {args.temperature:g}): " + headline(task, result),
               flush=True)
         for text, score in zip(result["texts"], result["scores"]):

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
                          "(pretraining the review GPT once if it is not cached). Takes about 3 minutes on a 2-core CPU; "
                          "writes runs/.")
     parser.add_argument("--no-progress", action="store_true",
-                        help="no progress bars (CartPole draws none anyway when the output is not a terminal)")
+                        help="no progress bars on a terminal, no progress lines elsewhere")
     options = parser.parse_args(argv)
     print("== 1. Grade table for the reference solutions ==", flush=True)
     code = grading.main(["--impl", "solutions", "--strict"])

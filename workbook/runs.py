@@ -7,6 +7,10 @@
 - :func:`new_run_dir` makes ``<runs_dir>/<run_name>/`` and refuses a name that already exists
   unless ``overwrite`` (``--overwrite``) is set; call it only after every setting has been
   validated, so a run that fails validation leaves no folder behind.
+- :func:`stub_error` is how every training command reports a stub of the learner's that the run
+  reached: ``error: --impl: <function> in exercises/<file> (Part N) is still a stub; ...``, exit
+  status 2 (as a bad option: the run cannot start with that ``--impl``). A fresh run folder that
+  the stub stopped before anything was trained is removed first (:func:`discard_new_run`).
 - :func:`start_wandb` starts a wandb run the same way everywhere: ``disabled`` and ``offline``
   never touch the network; ``online`` without an API key or without a reachable server falls
   back to ``offline`` after at most ``WANDB_INIT_TIMEOUT`` seconds (default 15) and says so in
@@ -107,7 +111,53 @@ def new_run_dir(runs_dir: str | Path, run_name: str, overwrite: bool = False, *,
         path.mkdir(parents=True)
     except OSError as error:
         raise ConfigError(option, f"cannot create {path}: {error.strerror or error}") from error
+    _CREATED.add(path.resolve())
     return path
+
+
+_CREATED: set[Path] = set()
+"""The run folders this process created (:func:`discard_new_run` removes only those)."""
+
+
+def discard_new_run(path: str | Path) -> bool:
+    """Remove ``path`` if this process created it with :func:`new_run_dir` (a run that trained nothing); True if removed.
+
+    A folder the process did not create (a resumed run, an old run that ``--overwrite`` had not yet
+    replaced) is never touched.
+    """
+    path = Path(path)
+    if path.resolve() not in _CREATED or not path.is_dir():
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    _CREATED.discard(path.resolve())
+    return True
+
+
+# --- the learner's stubs -----------------------------------------------------------------
+
+def part_title(file: str) -> str:
+    """``exercises/part8_atari.py`` → ``Part 8``."""
+    stem = Path(file).stem
+    number = stem.removeprefix("part").split("_")[0]
+    return f"Part {number}" if number.isdigit() else stem
+
+
+def stub_error(impl: str, fallback_file: str, removed: Path | None = None) -> ConfigError:
+    """The one-line error for the stub the exception being handled came from (call it in an ``except NotImplementedError``).
+
+    It names the function (the innermost ``exercises/`` frame of the traceback), its file and part,
+    and the test file that shows which are done; ``fallback_file`` when no frame is in exercises/.
+    ``removed``: the empty run folder that was removed (said so, so no printed path is left dangling).
+    """
+    where = [(f"exercises/{Path(frame.f_code.co_filename).name}", getattr(frame.f_code, "co_qualname", frame.f_code.co_name))
+             for frame, _ in traceback.walk_tb(sys.exc_info()[2])
+             if f"{os.sep}exercises{os.sep}" in frame.f_code.co_filename]
+    file, name = where[-1] if where else (fallback_file, "an exercise")
+    message = (f"{impl}: {name} in {file} ({part_title(file)}) is still a stub; fill it in "
+               f"(pytest tests/test_{Path(file).stem}.py shows which are done) or use --impl solutions")
+    if removed is not None:
+        message += f"; nothing was trained, so the new run folder {removed} was removed"
+    return ConfigError("--impl", message)
 
 
 # --- wandb -------------------------------------------------------------------------------
@@ -154,3 +204,12 @@ def start_wandb(mode: str, *, project: str, run_name: str, run_dir: Path, config
     except Exception as error:
         print(f"wandb: could not start ({_first_line(error)}); continuing without wandb", file=sys.stderr, flush=True)
         return None
+
+
+def wandb_sync_line(run_dir: str | Path) -> str | None:
+    """Where the offline wandb run of ``run_dir`` is and how to upload it (None when there is none)."""
+    offline = sorted(Path(run_dir).glob("wandb/offline-run-*"))
+    if not offline:
+        return None
+    where = offline[-1] if len(offline) == 1 else Path(run_dir) / "wandb" / "offline-run-*"
+    return f"wandb: the offline run is in {where}; upload it with: wandb sync {where}"

@@ -7,7 +7,12 @@
   outcome depends on the seed), plus σ the same way for Part 4.
 
 Smoothing: the mean of the last ``window`` (20) episodes finished by each step, so a seed's
-curve at step x uses only what that run had seen by then.
+curve at step x uses only what that run had seen by then. The episodes of one rollout all end at
+that rollout's last step (the step a learning phase reports), so the smoothed line has one point
+per learning phase, never a vertical run of points at one step.
+
+``goal_label``: the goal line's legend, saying what the goal is and how it is measured (CartPole:
+``solved (475, greedy)``; Atari: ``goal 8.5 (5× random, sampled actions)``).
 """
 
 from __future__ import annotations
@@ -70,10 +75,14 @@ actions (and, for a run that stops when solved, the last 20 episodes include ear
 they can end well under the solved line. A marker shows where the check passed."""
 
 
+def default_goal_label(goal: float) -> str:
+    return f"solved ({goal:g}, greedy)"
+
+
 def plot_learning_curve(episodes: Episodes, path: Path, title: str, solved_return: float,
                         ylim: tuple[float, float] | None = None, sigma: Sigma | None = None,
-                        solved_at: int | None = None) -> None:
-    """One run: every episode's return (dots), the mean of the last 20 (line), the solved line; σ below if given.
+                        solved_at: int | None = None, goal_label: str | None = None) -> None:
+    """One run: every episode's return (dots), the mean of the last 20 (line), the goal line; σ below if given.
 
     ``solved_at``: the step at which the greedy solve check passed (a dotted vertical line).
     """
@@ -82,9 +91,11 @@ def plot_learning_curve(episodes: Episodes, path: Path, title: str, solved_retur
         steps, returns = np.array(episodes).T
         ax.scatter(steps, returns, s=4, alpha=0.3, label="episode return")
         window = min(20, len(returns))
-        smooth = np.convolve(returns, np.ones(window) / window, mode="valid")
-        ax.plot(steps[window - 1:], smooth, color="C1", label=f"mean of last {window}")
-    ax.axhline(solved_return, color="grey", linestyle="--", linewidth=1, label=f"solved ({solved_return:g}, greedy)")
+        ends = np.unique(steps)  # one point per learning phase: its rollout's episodes all end at its step
+        ax.plot(ends, smoothed_at(episodes, ends, window), color="C1", marker="." if len(ends) < 30 else None,
+                label=f"mean of last {window} episodes")
+    ax.axhline(solved_return, color="grey", linestyle="--", linewidth=1,
+               label=goal_label or default_goal_label(solved_return))
     if solved_at is not None:
         ax.axvline(solved_at, color="C3", linestyle=":", linewidth=1.2, label=f"{CHECK_LABEL} (step {solved_at})")
     ax.set(ylabel="training return (sampled actions)", title=title, ylim=ylim)
@@ -102,7 +113,7 @@ def plot_learning_curve(episodes: Episodes, path: Path, title: str, solved_retur
 
 def plot_seeds(runs: dict[int, tuple[Episodes, Sigma]], path: Path, title: str, solved_return: float,
                ylim: tuple[float, float] | None = None, points: int = 200,
-               solved_at: dict[int, int | None] | None = None) -> None:
+               solved_at: dict[int, int | None] | None = None, goal_label: str | None = None) -> None:
     """Several seeds: each seed's smoothed return (thin), their mean (thick), and the min–max band; σ likewise.
 
     ``solved_at``: per seed, the step at which its greedy solve check passed (a marker on its curve), or None.
@@ -124,7 +135,8 @@ def plot_seeds(runs: dict[int, tuple[Episodes, Sigma]], path: Path, title: str, 
         axis.fill_between(grid, low, high, color=color, alpha=0.2, linewidth=0,
                           label=f"lowest–highest of {len(runs)} seeds")
         axis.plot(grid, mean, color=color, linewidth=2, label=f"mean of {len(runs)} seeds")
-    ax.axhline(solved_return, color="grey", linestyle="--", linewidth=1, label=f"solved ({solved_return:g}, greedy)")
+    ax.axhline(solved_return, color="grey", linestyle="--", linewidth=1,
+               label=goal_label or default_goal_label(solved_return))
     marks = [(step, float(smoothed_at(runs[seed][0], np.array([step]))[0]))
              for seed, step in (solved_at or {}).items() if step is not None and seed in runs]
     if marks:

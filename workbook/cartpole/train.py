@@ -55,11 +55,12 @@ from workbook.cartpole.curves import plot_learning_curve, plot_seeds
 from workbook.cartpole.evaluate import SOLVED_RETURN, evaluate_greedy
 from workbook.checkpoints import (CHECKPOINT, INTERRUPTED, LAYOUT, NON_FINITE, Abandoned, AppendLog, StopSignals,
                                   env_trainer_state, episode_seed, first_non_finite, load_run, non_finite_weights,
-                                  restore_env_trainer, save, write_json)
+                                  restore_env_trainer, save, stop_at_once, write_json)
 from workbook.cli import (add_seeds_option, make_parser, parse_overrides, require, require_at_least, require_divides,
                           require_in, require_unique_seeds)
-from workbook.runs import (WANDB_MODES, ConfigError, check_can_create, check_new_run_dir, command, new_run_dir,
-                           start_wandb)
+from workbook.progress import Progress
+from workbook.runs import (WANDB_MODES, ConfigError, check_can_create, check_new_run_dir, command, discard_new_run,
+                           new_run_dir, start_wandb, stub_error, wandb_sync_line)
 from workbook.typecheck import set_shape_checks
 
 
@@ -102,6 +103,15 @@ class Task:
     """How the final evaluation picks its actions, as the summary line says it."""
     check_fraction: float = 0.8
     """Run the greedy solve check once the last 10 training episodes average this fraction of the goal."""
+    solve_checks: bool = True
+    """Check for a solve while training and stop at the first pass (``--full-budget``: never stop early). False
+    (Atari): no checks, every run trains its whole budget, as the benchmark's do."""
+    goal_label: Callable[[float], str] = lambda goal: f"solved ({goal:g}, greedy)"
+    """The goal line's legend on the curves: what the goal is and how it is measured."""
+    goal_words: tuple[str, str] = ("SOLVED", "not solved")
+    """What the summary line says when the evaluation reaches the goal, and when not."""
+    video_help: str = "record one greedy episode"
+    total_timesteps_help: str = "override PPOArgs.total_timesteps"
 
 
 def parse_args(argv: list[str] | None, ppo_args: type, task: Task | None = None) -> argparse.Namespace:
@@ -111,24 +121,28 @@ def parse_args(argv: list[str] | None, ppo_args: type, task: Task | None = None)
                         help=f"whose {task.part} to train: yours (exercises, default) or the reference (solutions)")
     task.add_options(parser)
     add_seeds_option(parser, [1], "one run per seed, e.g. --seeds 1 2 3")
-    parser.add_argument("--total-timesteps", type=int, default=None, help="override PPOArgs.total_timesteps")
+    parser.add_argument("--total-timesteps", type=int, default=None, help=task.total_timesteps_help)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override any PPOArgs field, e.g. --set learning_rate=1e-3 (repeatable)")
+                        help=f"override any {task.args_class} field, e.g. --set learning_rate=1e-3 (repeatable)")
     parser.add_argument("--wandb", choices=WANDB_MODES, default="offline",
                         help="offline (default: written under the run directory, no account needed), online, or disabled")
-    parser.add_argument("--wandb-project", default="ppo-rlhf-workbook")
+    parser.add_argument("--wandb-project", default="ppo-rlhf-workbook", help="the wandb project (default: %(default)s)")
     parser.add_argument("--run-name", default=None, help=f"default: {task.run_name_pattern}-<impl>-seed<seed>-<time>"
                         " (with several seeds: <run-name>-seed<seed>)")
     parser.add_argument("--runs-dir", default="runs", help="parent directory of the run directories")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run of the same name (default: refuse)")
     parser.add_argument("--video", action="store_true",
-                        help=f"record one greedy episode (needs {' and '.join(task.video_modules)}: pip install -e '.[video]')")
+                        help=f"{task.video_help} (needs {' and '.join(task.video_modules)}: pip install -e '.[video]')")
     parser.add_argument("--eval-episodes", type=int, default=20, help="evaluation episodes at the end (≥ 1)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar on a terminal, no progress line every 30 s elsewhere")
     parser.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                         help="write checkpoint.pt every N updates (default: every tenth of the run) and at the end")
-    parser.add_argument("--full-budget", action="store_true",
-                        help="train every step of total_timesteps (default: stop at the first passing solve check)")
+    if task.solve_checks:
+        parser.add_argument("--full-budget", action="store_true",
+                            help="train every step of total_timesteps (default: stop at the first passing solve check)")
+    else:
+        parser.set_defaults(full_budget=True)  # no solve checks: every run trains its whole budget
     parser.add_argument("--resume", default=None, metavar="RUN_DIR",
                         help="continue the run in RUN_DIR from its checkpoint.pt: same folder, same settings (only "
                              "learning_rate and end_learning_rate may change, with --set), metrics appended, wandb run "
@@ -275,12 +289,12 @@ def _train_main_rank(module, options: argparse.Namespace, args, run_name: str, t
     ctx = distributed.context()
     start_phase = resume["trainer"]["phase"] if resume else 0
     run_dir = Path(options.resume) if resume else Path(options.runs_dir) / run_name
-    print(f"== seed {seed}: {run_dir}{f' (resuming at update {start_phase})' if resume else ''} ==", flush=True)
     trainer = task.make_trainer(module, args)  # first: an unfinished exercise fails here, before anything is written
     if resume:
         restore_env_trainer(trainer, resume["trainer"], episode_seed(trainer.args.seed, start_phase))
     else:
         run_dir = new_run_dir(options.runs_dir, run_name, options.overwrite)
+    print(f"== seed {seed}: {run_dir}{f' (resuming at update {start_phase})' if resume else ''} ==", flush=True)
     wandb_id = resume.get("wandb_id") if resume else None
     run = start_wandb(options.wandb, project=options.wandb_project, run_name=run_dir.name, run_dir=run_dir,
                       config=dataclasses.asdict(args) | {"impl": options.impl}, run_id=wandb_id)
@@ -288,13 +302,9 @@ def _train_main_rank(module, options: argparse.Namespace, args, run_name: str, t
     episodes: list[tuple[int, float]] = list(map(tuple, resume["episodes"])) if resume else []  # (global step, return)
     sigma: list[tuple[int, float]] = list(map(tuple, resume["sigma"])) if resume else []  # (global step, policy σ), Part 4
     metrics = AppendLog(run_dir / "metrics.jsonl", keep=(lambda r: r.get("phase", 0) <= start_phase) if resume else None)
-    progress = None
-    if not options.no_progress:
-        from tqdm.auto import tqdm  # a widget bar in Jupyter (workbook.notebook.train), text in a terminal
-
-        progress = tqdm(total=args.total_phases * args.batch_size, initial=resume["global_step"] if resume else 0,
-                        unit="step", unit_scale=True, dynamic_ncols=True,
-                        mininterval=0.5, disable=None)  # None: no bar when the output is not a terminal
+    progress = Progress(args.total_phases * args.batch_size, initial=resume["global_step"] if resume else 0,
+                        counter="global_step", prefix=task.name, unit="step", unit_scale=True,
+                        enabled=not options.no_progress)
     seconds_before = resume["train_seconds"] if resume else 0.0
     start = time.perf_counter()
     goal = task.solved_return(args.env_id)
@@ -333,10 +343,8 @@ def _train_main_rank(module, options: argparse.Namespace, args, run_name: str, t
         metrics.write(record)
         if run is not None:
             run.log(record, step=report.global_step)
-        if progress is not None:
-            progress.update(report.global_step - progress.n)
-            if recent:
-                progress.set_postfix(ret=f"{np.mean(recent):.0f}", sps=f"{record['sps']:.0f}")
+        progress.update(report.global_step, **({"episodic_return": f"{np.mean(recent):.1f}"} if recent else {}),
+                        sps=f"{record['sps']:.0f}")
         if report.phase == start_phase + 1:  # every shape has been checked once; the checks would cost ~10% from here on
             set_shape_checks(False)
         bad = (first_non_finite(record, allowed_nan=("losses/explained_variance",))  # NaN when all returns are equal
@@ -350,7 +358,8 @@ def _train_main_rank(module, options: argparse.Namespace, args, run_name: str, t
         if stop.requested:
             outcome["status"] = "interrupted"
             return True
-        if outcome["solved_at"] is None and np.isfinite(goal) and report.global_step - last_check[0] >= check_gap:
+        if (task.solve_checks and outcome["solved_at"] is None and np.isfinite(goal)
+                and report.global_step - last_check[0] >= check_gap):
             # Check when the recent (sampled-action) episodes look good, or none ended (long episodes).
             if not report.episodes or (recent and np.mean(recent[-10:]) >= task.check_fraction * goal):
                 last_check[0] = report.global_step
@@ -358,7 +367,8 @@ def _train_main_rank(module, options: argparse.Namespace, args, run_name: str, t
                 returns = task.evaluate(module, trainer, options.eval_episodes, 10_000 + seed, **give_up)
                 if returns.mean() >= goal:
                     outcome["solved_at"] = report.global_step
-                    print(f"solve check passed at step {report.global_step}: greedy mean {returns.mean():.1f} ≥ {goal:g}"
+                    print(f"solve check passed at step {report.global_step}: {task.eval_label.replace(' evaluation', '')} "
+                          f"mean {returns.mean():.1f} ≥ {goal:g}"
                           + ("" if options.full_budget else "; stopping (--full-budget trains every step)"), flush=True)
                     if not options.full_budget:
                         outcome.update(status="solved", check_returns=returns)
@@ -375,8 +385,15 @@ def _train_main_rank(module, options: argparse.Namespace, args, run_name: str, t
             ctx.gather(outcome["status"])  # tells the other ranks why the loop ended
     except Abandoned:  # the second signal: the update in progress is dropped, the last finished one saved
         outcome["status"] = "interrupted"
-    if progress is not None:
+    except NotImplementedError as error:  # a stub of the learner's, reached in the first update: nothing was trained
         progress.close()
+        metrics.close()
+        if run is not None:
+            run.finish(exit_code=1)
+        if not resume and good["global_step"] == 0 and discard_new_run(run_dir):
+            error.removed = run_dir  # run_command says so in its one line
+        raise
+    progress.close()
     metrics.close()
     try:
         return finish_run(module, options, args, task, trainer, run, run_dir, episodes, sigma, outcome,
@@ -411,7 +428,7 @@ def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, e
         write_json(summary, run_dir / "summary.json")
         plot_learning_curve(episodes, run_dir / "learning_curve.png",
                             f"PPO on {args.env_id} ({options.impl}, seed {seed}): {status} at step {steps_done}",
-                            solved_return, task.ylim, sigma)
+                            solved_return, task.ylim, sigma, goal_label=task.goal_label(solved_return))
         if run is not None:
             run.summary.update({"status": status})
             run.finish(exit_code=1)
@@ -426,27 +443,43 @@ def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, e
                   f"--set learning_rate={lr:g}", file=sys.stderr, flush=True)
         return {"seed": seed, "solved": False, "status": status, "run_dir": str(run_dir)}
 
+    agent = task.checkpoint(trainer) | {"layout": LAYOUT, "command": task.name, "impl": options.impl,
+                                        "args": dataclasses.asdict(args), "global_step": steps_done}
     returns = outcome["check_returns"]
     if returns is None:
-        returns = task.evaluate(module, trainer, options.eval_episodes, 10_000 + seed)
+        print(f"evaluating the trained agent on {options.eval_episodes} episodes ({task.eval_label}) …", flush=True)
+        try:
+            with stop_at_once():  # Ctrl-C stops the evaluation itself: training is over and saved
+                returns = task.evaluate(module, trainer, options.eval_episodes, 10_000 + seed)
+        except Abandoned:
+            save(agent, run_dir / "agent.pt")
+            write_json(summary | {"evaluation": None}, run_dir / "summary.json")
+            plot_learning_curve(episodes, run_dir / "learning_curve.png",
+                                f"PPO on {args.env_id} ({options.impl}, seed {seed}): not evaluated",
+                                solved_return, task.ylim, sigma, goal_label=task.goal_label(solved_return))
+            if run is not None:
+                run.finish(exit_code=1)
+            print(f"interrupted during the final evaluation; training finished ({steps_done} steps) and is saved in "
+                  f"{run_dir}/ (agent.pt, {CHECKPOINT}, metrics.jsonl, learning_curve.png); evaluate it with: "
+                  f"python -m workbook evaluate {run_dir}", flush=True)
+            return {"seed": seed, "solved": False, "status": "interrupted", "run_dir": str(run_dir)}
     solved = bool(returns.mean() >= solved_return)
+    reached, missed = task.goal_words
     when = (f"(stopped when the solve check passed at step {steps_done})" if status == "solved"
             else f"after {steps_done} steps" + (f" (the solve check first passed at step {outcome['solved_at']})"
                                                 if outcome["solved_at"] is not None else ""))
     print(f"{task.eval_label} over {len(returns)} episodes: mean {returns.mean():.1f} ± {returns.std():.1f} "
-          f"(min {returns.min():.0f}) — {'SOLVED' if solved else 'not solved'} {when}, "
+          f"(min {returns.min():.0f}) — {reached if solved else missed} {when}, "
           f"{train_seconds:.1f} s of training", flush=True)
     evaluation = {"episodes": len(returns), "seed": 10_000 + seed, "mean_return": float(returns.mean()),
                   "std_return": float(returns.std()), "min_return": float(returns.min()), "solved": solved}
-    save(task.checkpoint(trainer) | {"layout": LAYOUT, "command": task.name, "impl": options.impl,
-                                     "args": dataclasses.asdict(args), "eval_returns": returns.tolist(),
-                                     "eval_seed": 10_000 + seed, "global_step": steps_done},
-         run_dir / "agent.pt")
+    save(agent | {"eval_returns": returns.tolist(), "eval_seed": 10_000 + seed}, run_dir / "agent.pt")
     write_json(summary | {"evaluation": evaluation}, run_dir / "summary.json")
     label = task.eval_label.replace("evaluation", "eval")
     plot_learning_curve(episodes, run_dir / "learning_curve.png",
-                        f"PPO on {args.env_id} ({options.impl}, seed {seed}): {label} {returns.mean():.0f}",
-                        solved_return, task.ylim, sigma, solved_at=outcome["solved_at"])
+                        f"PPO on {args.env_id} ({options.impl}, seed {seed}): {label} {returns.mean():.1f}",
+                        solved_return, task.ylim, sigma, solved_at=outcome["solved_at"],
+                        goal_label=task.goal_label(solved_return))
     video = None
     if options.video and task.video is not None:
         video = task.video(module, trainer, run_dir / "video", seed)
@@ -462,6 +495,10 @@ def finish_run(module, options, args, task: Task, trainer, run, run_dir: Path, e
         run.finish()
     print(f"wrote {run_dir}/: metrics.jsonl, learning_curve.png, agent.pt, {CHECKPOINT}, summary.json"
           + (", wandb/" if run is not None else "") + (", video/" if video is not None else ""), flush=True)
+    sync = wandb_sync_line(run_dir)
+    if sync:
+        print(sync, flush=True)
+    print(f"next: python -m workbook evaluate {run_dir}", flush=True)
     return {"seed": seed, "solved": solved, "status": status, "mean_return": float(returns.mean()),
             "train_seconds": train_seconds, "run_dir": str(run_dir), "episodes": episodes, "sigma": sigma,
             "solved_return": solved_return, "solved_at": outcome["solved_at"]}
@@ -497,6 +534,7 @@ def resume_settings(argv: list[str], options: argparse.Namespace, saved: dict, a
     given = {token.split("=")[0] for token in argv if token.startswith("--")}
     for option in ("--run-name", "--runs-dir", "--overwrite"):
         require(option not in given, option, "does not apply to --resume (the run continues in its own folder)")
+    require("--recipe" not in given, "--recipe", "does not apply to --resume (the run keeps its settings)")
     before = saved["args"]
     conflict = "conflicts with the checkpoint's {} (a resumed run keeps its settings; only " \
                f"{' and '.join(RESUME_MAY_CHANGE)} may change, with --set)"
@@ -568,10 +606,8 @@ def run_command(argv: list[str] | None, task: Task) -> int:
     for args, name in zip(all_args, names):
         try:
             results.append(train_one(module, options, args, name, task, resume=saved))
-        except NotImplementedError:
-            print(f"{impl}/{task.part}.py (or the parts it uses) still has unfinished exercises: "
-                  f"run `pytest tests/test_{task.part}.py` to see which", file=sys.stderr)
-            return 2
+        except NotImplementedError as error:  # a stub of the learner's: one line, exit status 2 (workbook/runs.py)
+            raise stub_error(impl, f"exercises/{task.part}.py", getattr(error, "removed", None)) from None
         if results[-1]["status"] == "interrupted":
             return INTERRUPTED  # no further seeds after Ctrl-C
     if len(results) > 1 and distributed.is_main():
@@ -581,7 +617,8 @@ def run_command(argv: list[str] | None, task: Task) -> int:
                   f"{r.get('train_seconds', float('nan')):>7.1f}")
         plot_seeds({r["seed"]: (r["episodes"], r["sigma"]) for r in results if "episodes" in r}, seeds_plot,
                    f"PPO on {all_args[0].env_id} ({impl})", task.solved_return(all_args[0].env_id), task.ylim,
-                   solved_at={r["seed"]: r.get("solved_at") for r in results if "episodes" in r})
+                   solved_at={r["seed"]: r.get("solved_at") for r in results if "episodes" in r},
+                   goal_label=task.goal_label(task.solved_return(all_args[0].env_id)))
         print(f"wrote {seeds_plot} (every seed, their mean and spread)")
     if any(r["status"] == "non-finite" for r in results):
         return NON_FINITE
@@ -590,7 +627,7 @@ def run_command(argv: list[str] | None, task: Task) -> int:
         # run that did not solve the task exits 0 here, and rank 0 says so in one line instead.
         unsolved = [r["seed"] for r in results if not r["solved"]]
         if unsolved and distributed.is_main():
-            print(f"not solved for seed{'s' * (len(unsolved) > 1)} {' '.join(map(str, unsolved))} (under torchrun the "
+            print(f"{task.goal_words[1]} for seed{'s' * (len(unsolved) > 1)} {' '.join(map(str, unsolved))} (under torchrun the "
                   "exit status is 0 once training finished; the plain command exits 1)", flush=True)
         return 0
     return 0 if all(r["solved"] for r in results) else 1

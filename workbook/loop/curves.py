@@ -45,14 +45,17 @@ def present(history: list[dict], panels) -> list[tuple[str, str]]:
 
 
 def save_curves(history: list[dict], path: Path, title: str, panels, *, x_label: str = "iteration",
-                kl_target: float | None = None, reference_reward: float | None = None, warnings: list[dict] = ()):
+                kl_target: float | None = None, reference_reward: float | None = None,
+                held_out: tuple[str, str, float, float | None] | None = None, warnings: list[dict] = ()):
     """One panel per (stat, label) of ``panels`` present in ``history``, against the iteration.
 
     ``reference_reward`` (the held-out reward of the model before training, i.e. of the
     reference) is drawn as a baseline on the ``env/reward_mean`` panel and ``kl_target`` on the
-    ``objective/kl`` panel; wall times stay in metrics.jsonl. ``warnings`` (a dead run's symptoms,
-    ``DeadRunWatch.summary()``): their iterations shaded red on every panel, their lines under the
-    panels. Returns the figure.
+    ``objective/kl`` panel; wall times stay in metrics.jsonl. ``held_out``: (stat, name, before,
+    after) — the held-out evaluation before training (a dashed line) and after it (a star at the
+    last iteration; None when it did not run) on that stat's panel. ``warnings`` (a dead run's
+    symptoms, ``DeadRunWatch.summary()``): their iterations shaded red on every panel, their lines under
+    the panels. Returns the figure.
     """
     plt = _pyplot()
     shown = present(history, panels)
@@ -71,7 +74,14 @@ def save_curves(history: list[dict], path: Path, title: str, panels, *, x_label:
             ax.axhline(kl_target, color="C3", linestyle="--", linewidth=1, label=f"KL target ({kl_target:g})")
         for w in warnings:  # the iterations a symptom of a dead run held
             ax.axvspan(w["first"] - 0.5, w["last"] + 0.5, color="C3", alpha=0.12, linewidth=0)
-        if key in ("env/reward_mean", "objective/kl") and ax.get_legend_handles_labels()[0]:
+        if held_out is not None and key == held_out[0]:
+            _, name, before, after = held_out
+            ax.axhline(before, color="grey", linestyle="--", linewidth=1, label=f"held-out {name} before ({before:.3f})")
+            if after is not None:
+                ax.plot([x[-1]], [after], marker="*", markersize=12, color="C3", linestyle="none",
+                        label=f"held-out {name} after ({after:.3f})")
+        if key in ("env/reward_mean", "objective/kl") + ((held_out[0],) if held_out else ()) \
+                and ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, loc="best")
         ax.set_ylabel(label, fontsize=9)
         ax.grid(alpha=0.3)

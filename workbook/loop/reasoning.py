@@ -25,9 +25,14 @@ option on the command line always wins.
 
 Writes, under ``<runs-dir>/<run name>/``: ``metrics.jsonl``, ``samples.jsonl`` (every
 ``--sample-every`` iterations: problem, completion, the expected answer, the answer the
-completion gave, whether it was right, its reward), ``curves.png`` (batch pass@1, reward,
-share of groups with a signal, then the algorithm's: entropy, length, clip fractions low/high,
-...), ``summary.json`` (before/after) and the policy. wandb logs the same, offline by default.
+completion gave, whether it was right, its reward), ``curves.png`` (batch pass@1 with the
+held-out pass@1 before and after training, share of groups with a signal, then the algorithm's:
+entropy, length, clip fractions low/high, ...), ``summary.json`` (before/after; only this
+command's settings) and the policy. wandb logs the same, offline by default. Progress: a bar on
+a terminal, elsewhere a line every 30 s (workbook/progress.py); ``evaluating …`` says when
+the held-out samples are drawn (Ctrl-C there stops the evaluation at once; after training the
+run is saved first). The exit status: 0, 2 for a bad option or a stub of yours the run reached
+(one line naming it), 130 after Ctrl-C, 3 after a NaN.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from workbook.loop.algorithms import ALGORITHMS, given_options
 from workbook.loop.backend import TinyGPT, make_backend, save_policy
 from workbook.loop.curves import save_seed_curves
 from workbook.loop.task import Prompt
-from workbook.loop.train import Args, Run, curve_panels, prepare_runs, train, train_runs
+from workbook.loop.train import Args, Run, curve_panels, prepare_runs, print_written, train, train_runs
 from workbook.rlhf.data import Rollout
 from workbook.runs import ConfigError, command, new_run_dir
 
@@ -138,6 +143,8 @@ class ReasonArgs(Args):
     """Held-out problems for the before/after evaluation (by default all of a task's if it has fewer: multiplication)."""
     eval_k: int = 16
     """Completions sampled per held-out problem: pass@1 and pass@k for k = this."""
+    kl_target: float = 4.5
+    """Target mean per-completion KL (nats) of PPO's adaptive β controller (--algo ppo with --adaptive-kl)."""
     eps_high: float = 0.2
     """Upper clip ε_high (--cliprange is the lower one, ε_low) of dapo, gspo and cispo."""
     dynamic_sampling: bool = False
@@ -154,8 +161,10 @@ class ReasonArgs(Args):
     """Default: reason-<task>-<algo>-s<seed>-<time> (several --seeds: <run name>-seed<S> each); an existing run is refused unless --overwrite."""
 
 
-# Options of the rlhf command that mean nothing here (the review task's reward, its EOS trick, DPO).
+# Options of the rlhf command that mean nothing here (the review task's reward, its EOS trick, DPO): not
+# options, not --set fields, and kept out of summary.json and the wandb config (seed is --seeds).
 HIDDEN = ("seed", "reward", "eos_trick", "missing_eos_score", "dpo_beta")
+NOT_STORED = tuple(h for h in HIDDEN if h != "seed")
 
 
 def reason_args(algo: str = DEFAULT_ALGO, **overrides) -> ReasonArgs:
@@ -199,8 +208,11 @@ class ReasoningTask:
     algorithm (1 for PPO), for the share of groups with a signal.
     """
 
-    panels = (("env/accuracy", "pass@1 of the batch (share right)"), ("env/reward_mean", "reward (mean of the batch)"),
+    # No reward panel: the reward is pass@1 plus the small format bonus, the same curve again.
+    panels = (("env/accuracy", "pass@1 of the batch (share right)"),
               ("env/groups_with_signal", "share of groups with a reward spread"))
+    held_out_panel = ("env/accuracy", "pass@1")
+    """The batch stat that the held-out headline number matches: the curves mark it before and after training."""
 
     def __init__(self, impl: str, task: str = "addition", *, group_size: int = 1, format_reward: float = 0.1,
                  eval_k: int = 16, problems: list[tuple[str, str]] | None = None, heldout: int = 0):
@@ -292,6 +304,15 @@ def algo_help() -> str:
             + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in HF_PRESET.items()) + ". An option given on the command line always wins.")
 
 
+def shown_default(name: str, default: Any) -> str:
+    """``--help``'s default of a field: the value the default algorithm (dapo) uses, where it sets its own."""
+    if name in REASON_DEFAULTS[DEFAULT_ALGO]:
+        value = REASON_DEFAULTS[DEFAULT_ALGO][name]
+        extra = " (or --max-new-tokens / 4 where that is less)" if name == "overlong_cache" else ""
+        return f"{value}{extra} with --algo {DEFAULT_ALGO}, the default; {default} for the algorithms that do not set it"
+    return str(default)
+
+
 def parse_command(argv: list[str] | None) -> tuple[ReasonArgs, list[int]]:
     """(the options, the seeds): the algorithm's defaults for every option not given, then ``--set``."""
     parser = make_parser("python -m workbook reason", __doc__.split("\n\n")[0], epilog=algo_help())
@@ -299,9 +320,9 @@ def parse_command(argv: list[str] | None) -> tuple[ReasonArgs, list[int]]:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="set any option by its field name, e.g. --set eps_high=0.3 (repeatable; after the defaults)")
     # quiet is for scripts (the benchmark); the command line says --no-progress, as every command does.
-    add_dataclass_arguments(parser, ReasonArgs, skip=HIDDEN + ("quiet", "progress"))
+    add_dataclass_arguments(parser, ReasonArgs, skip=HIDDEN + ("quiet", "progress"), shown_default=shown_default)
     parser.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="no progress bar over the iterations (e.g. in CI logs)")
+                        help="no progress bar on a terminal, no progress line every 30 s elsewhere")
     argv = list(sys.argv[1:] if argv is None else argv)
     for wrong, right in (("--seed", "--seeds S [S ...] (one run per seed)"), ("--run-dir", "--runs-dir DIR")):
         if wrong in argv or any(a.startswith(wrong + "=") for a in argv):
@@ -311,9 +332,9 @@ def parse_command(argv: list[str] | None) -> tuple[ReasonArgs, list[int]]:
     args = dataclass_from_args(ReasonArgs, namespace, seed=seeds[0])
     given = given_options(argv)
     defaults = {k: v for k, v in REASON_DEFAULTS[args.algo].items() if k not in given}
-    overrides = parse_overrides(namespace.set, ReasonArgs)
-    for hidden in set(overrides) & set(HIDDEN):
-        raise ConfigError("--set", f"{hidden} is not an option of this command")
+    if any(item.partition("=")[0] == "seed" for item in namespace.set):
+        raise ConfigError("--set", "seed is set with --seeds S [S ...]")
+    overrides = parse_overrides(namespace.set, ReasonArgs, skip=HIDDEN)
     if args.model:
         defaults |= {k: v for k, v in HF_PRESET.items() if k not in given}
     args = dataclasses.replace(args, **(defaults | overrides))
@@ -339,8 +360,8 @@ def validate(args: ReasonArgs) -> None:
     for name in ("kl_coef", "ent_coef", "vf_coef", "time_budget_s", "seed"):
         require_at_least(f"--{name.replace('_', '-') if name != 'seed' else 'seeds'}", getattr(args, name), 0)
     require(args.cliprange <= 1, "--cliprange", f"ε_low must be ≤ 1 (the ratio's floor 1 − ε_low ≥ 0), got {args.cliprange!r}")
-    require_in("--format-reward", args.format_reward, 0, 1)
-    require(args.format_reward < 1, "--format-reward", f"must be < 1 (a wrong answer never pays as a right one), got {args.format_reward!r}")
+    require(0 <= args.format_reward < 1, "--format-reward",
+            f"must be in [0, 1) (a wrong answer never pays as much as a right one), got {args.format_reward!r}")
     require_in("--overlong-cache", args.overlong_cache, 0, args.max_new_tokens)
     require_in("--gamma", args.gamma, 0, 1, open_low=True)
     require_in("--lam", args.lam, 0, 1)
@@ -374,6 +395,11 @@ class ReasonRun(Run):
 
     command = "reason"
     rollout_chunk = 256  # a whole batch of short answers in one KV-cached generate: ~3× faster than 4 × 64
+    hidden = NOT_STORED
+
+    def evaluating_line(self, what: str) -> str:
+        return (f"evaluating {what}: {len(self.eval_prompts)} held-out problems × {self.args.eval_k} samples "
+                f"({len(self.eval_prompts) * self.args.eval_k:,} completions) …")
 
     def validate(self, args: ReasonArgs) -> None:
         validate(args)
@@ -438,7 +464,8 @@ def print_summary(summary: dict, headline) -> None:
     print("\nsamples after training (reward, text):")
     for text, score in zip(summary["samples_after"], summary["scores_after"]):
         print(f"  {score:.2f}  {text}")
-    print(f"\nwrote {summary['run_dir']}/ (curves.png, metrics.jsonl, samples.jsonl, summary.json, {summary['policy']})")
+    print()
+    print_written(summary)
 
 
 @command
@@ -453,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     if not distributed.is_main():
         return 0
-    headline = make_task(args).headline
+    headline = make_task(runs[0]).headline  # the resumed run's settings (its --eval-k), not the command line's
     for summary in summaries:
         print_summary(summary, headline)
     if group:

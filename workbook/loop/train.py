@@ -48,7 +48,7 @@ import torch
 from workbook import distributed
 from workbook.checkpoints import (CHECKPOINT, INTERRUPTED, LAYOUT, NON_FINITE, Abandoned, AppendLog, StopSignals,
                                   first_non_finite, lm_algorithm_state, load_run, non_finite_weights,
-                                  restore_lm_algorithm, rng_state, save, set_rng_state, write_json)
+                                  restore_lm_algorithm, rng_state, save, set_rng_state, stop_at_once, write_json)
 from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require, require_at_least,
                           require_choices, require_divides, require_in, require_positive)
 from workbook.loop.algorithms import ALGORITHMS, algo_defaults_help, apply_algo_defaults, given_options, make_algorithm
@@ -57,7 +57,9 @@ from workbook.loop.curves import save_curves, save_seed_curves
 from workbook.loop.health import DeadRunWatch, tell
 from workbook.loop.task import ReviewTask, Task, apply_preset, check_review_options, review_task
 from workbook.rlhf.data import rollout
-from workbook.runs import ConfigError, check_can_create, check_new_run_dir, command, new_run_dir, start_wandb
+from workbook.progress import Progress
+from workbook.runs import (ConfigError, check_can_create, check_new_run_dir, command, discard_new_run, new_run_dir,
+                           start_wandb, stub_error, wandb_sync_line)
 
 
 @dataclass
@@ -167,7 +169,7 @@ def parse_command(argv: list[str] | None) -> tuple[Args, list[int]]:
     # quiet is for scripts (the benchmarks); the command line says --no-progress, as every command does.
     add_dataclass_arguments(parser, Args, skip=("seed", "quiet", "progress"))
     parser.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="no progress bar over the iterations (e.g. in CI logs)")
+                        help="no progress bar on a terminal, no progress line every 30 s elsewhere")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="set any option by its field name, e.g. --set kl_coef=0.1 (repeatable; same as --kl-coef 0.1)")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -303,17 +305,25 @@ class Run:
             restore_lm_algorithm(self.algo, resume["algo"], learning_rate=args.learning_rate)
             self.start = resume["iteration"]
 
+        # The evaluation before training, also before anything is written: a stub it reaches (or Ctrl-C) leaves no folder.
+        self.eval_prompts = self.task.eval_prompts(args.eval_samples)
+        if resume is None:
+            self.say(self.evaluating_line("the model before training"))
+            with stop_at_once():  # Ctrl-C stops the evaluation itself, not "after this iteration"
+                self.before = self.evaluate()
+        else:
+            self.before = resume["before"]
+            self.say(f"resuming {args.resume} at iteration {self.start} of {args.iterations}")
+        self.say(("before (from the checkpoint): " if resume else "before: ") + headline(self.task, self.before))
+
         # Only now, with the settings checked and the learner's classes built, is anything written.
         if resume is not None:
             self.out_dir = Path(args.resume) if dp.is_main else None
         else:
             self.out_dir = new_run_dir(args.runs_dir, self.name, args.overwrite) if dp.is_main else None
         self.wandb = start_wandb(args.wandb if dp.is_main else "disabled", project="ppo-rlhf-workbook", run_name=self.name,
-                                 run_dir=self.out_dir, config=asdict(args), run_id=resume and resume.get("wandb_id"))
+                                 run_dir=self.out_dir, config=self.config(), run_id=resume and resume.get("wandb_id"))
         self.wandb_id = self.wandb.id if self.wandb is not None else resume and resume.get("wandb_id")
-        self.eval_prompts = self.task.eval_prompts(args.eval_samples)
-        self.before = resume["before"] if resume is not None else self.evaluate()
-        self.say(("before (from the checkpoint): " if resume else "before: ") + headline(self.task, self.before))
 
         self.generator = torch.Generator().manual_seed(self.data_seed)
         self.history: list[dict] = list(resume["history"]) if resume else []
@@ -358,6 +368,37 @@ class Run:
 
     def title(self) -> str:
         return curves_title(self.args, self.name)
+
+    hidden: tuple[str, ...] = ()
+    """Fields of the arguments class that mean nothing to this command (kept out of summary.json and wandb)."""
+
+    def config(self) -> dict:
+        """The settings of this run that its command has, with the values used: summary.json's and wandb's config."""
+        return {k: v for k, v in asdict(self.args).items() if k not in self.hidden}
+
+    def held_out(self, after: dict | None) -> tuple | None:
+        """(stat, name, before, after) for the curves, when the task names the batch stat its headline number matches."""
+        pair = getattr(self.task, "held_out_panel", None)  # e.g. ("env/accuracy", "pass@1")
+        if pair is None:
+            return None
+        stat, key = pair
+        return stat, key, self.before[key], after[key] if after is not None else None
+
+    def evaluating_line(self, what: str) -> str:
+        return f"evaluating {what} on {len(self.eval_prompts)} held-out prompts …"
+
+    def discard(self) -> Path | None:
+        """After a stub of the learner's stopped the run: close its files and wandb; remove a new run folder that
+        holds no finished iteration. Returns the folder removed (None if kept or none)."""
+        for file in (getattr(self, "metrics_file", None), getattr(self, "samples_file", None)):
+            if file is not None:
+                file.close()
+        if getattr(self, "wandb", None) is not None:
+            self.wandb.finish(exit_code=1)
+        out_dir = getattr(self, "out_dir", None)
+        if out_dir is not None and len(self.history) == self.start and discard_new_run(out_dir):
+            return out_dir
+        return None
 
     def evaluate(self) -> dict:
         a = self.args
@@ -429,7 +470,7 @@ class Run:
                         reference_reward=self.before.get("reward"), warnings=self.health.summary())
         summary = {"run_dir": str(self.out_dir), "command": self.command, "status": status, "iterations": done,
                    "warnings": self.health.summary(),
-                   "config": asdict(a), "before": {k: v for k, v in self.before.items() if k not in ("texts", "scores")},
+                   "config": self.config(), "before": {k: v for k, v in self.before.items() if k not in ("texts", "scores")},
                    "ppo_wall_s": self.train_s, "algo": a.algo, "task": self.task.name, "seed": a.seed}
         write_json(summary, self.out_dir / "summary.json")
         if self.wandb is not None:
@@ -453,17 +494,24 @@ class Run:
         for file in (self.metrics_file, self.samples_file):
             if file is not None:
                 file.close()
+        saved = None
         if self.dp.is_main:
             self.save_checkpoint(self.state("finished"))
-        after = self.evaluate()
+            saved = self.backend.save(self.policy, self.tok, self.out_dir, a)  # before the evaluation: Ctrl-C there loses nothing
+        self.say(self.evaluating_line("the trained policy"))
+        try:
+            with stop_at_once():
+                after = self.evaluate()
+        except Abandoned:
+            return self.interrupted_evaluation(saved)
         self.say("after:  " + headline(self.task, after))
         if not self.dp.is_main:
             return {"run_dir": None, "iterations": len(self.history)}
         spec = ALGORITHMS[a.algo]
-        save_curves(self.history, self.out_dir / "curves.png", self.title(), curve_panels(a, self.task),
-                    x_label=spec.x_label, kl_target=spec.kl_target(a), reference_reward=self.before.get("reward"),
+        save_curves(self.history, self.out_dir / "curves.png", self.title() + "\n" + before_after(self.task, self.before, after),
+                    curve_panels(a, self.task), x_label=spec.x_label, kl_target=spec.kl_target(a),
+                    reference_reward=self.before.get("reward"), held_out=self.held_out(after),
                     warnings=self.health.summary())
-        saved = self.backend.save(self.policy, self.tok, self.out_dir, a)
         summary = {
             "run_dir": str(self.out_dir), "policy": saved, "iterations": len(self.history),
             "pretrain_wall_s": self.pretrain_s, "ppo_wall_s": self.train_s,
@@ -473,7 +521,7 @@ class Run:
             "scores_before": self.before["scores"][:8], "scores_after": after["scores"][:8], "algo": a.algo,
             "task": self.task.name, "seed": a.seed,
             **self.algo.summary(),
-            "command": self.command, "status": "finished", "warnings": self.health.summary(), "config": asdict(a),
+            "command": self.command, "status": "finished", "warnings": self.health.summary(), "config": self.config(),
         }
         write_json(summary, self.out_dir / "summary.json")
         if self.wandb is not None:
@@ -481,6 +529,34 @@ class Run:
             self.wandb.summary.update({f"after/{k}": v for k, v in summary["after"].items()})
             self.wandb.finish()
         return summary
+
+    def interrupted_evaluation(self, saved) -> dict:
+        """Ctrl-C during the final evaluation: training is finished and saved; summary.json says the evaluation is missing."""
+        if not self.dp.is_main:
+            return {"run_dir": None, "status": "interrupted", "iterations": len(self.history)}
+        a = self.args
+        spec = ALGORITHMS[a.algo]
+        save_curves(self.history, self.out_dir / "curves.png", self.title(), curve_panels(a, self.task),
+                    x_label=spec.x_label, kl_target=spec.kl_target(a), reference_reward=self.before.get("reward"),
+                    held_out=self.held_out(None))
+        summary = {"run_dir": str(self.out_dir), "policy": saved, "command": self.command, "status": "interrupted",
+                   "iterations": len(self.history), "config": self.config(), "algo": a.algo, "task": self.task.name,
+                   "seed": a.seed, "ppo_wall_s": self.train_s, "after": None,
+                   "before": {k: v for k, v in self.before.items() if k not in ("texts", "scores")}}
+        write_json(summary, self.out_dir / "summary.json")
+        if self.wandb is not None:
+            self.wandb.summary.update({"status": "interrupted during the final evaluation"})
+            self.wandb.finish(exit_code=1)
+        print(f"interrupted during the final evaluation; training finished ({len(self.history)} iterations) and is saved "
+              f"in {self.out_dir}/ ({CHECKPOINT}, {saved}, metrics.jsonl, curves.png); evaluate it with: "
+              f"python -m workbook evaluate {self.out_dir}", flush=True)
+        return summary
+
+
+def before_after(task: Task, before: dict, after: dict) -> str:
+    """The headline's first number before and after training, on the held-out prompts (the curves' title says it)."""
+    key, title, fmt = task.headline[0]
+    return f"held-out {title}: {format(before[key], fmt)} before → {format(after[key], fmt)} after training"
 
 
 def headline(task: Task, result: dict) -> str:
@@ -517,12 +593,8 @@ def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend
         run = (run_class or Run)(args, model=model, tok=tok, task=task, backend=backend, pretrain_args=pretrain_args,
                                  resume=resume)
         show = (args.progress and not args.quiet) if progress is None else progress
-        bar = None
-        if show and run.dp.is_main:
-            from tqdm.auto import tqdm  # a widget bar in Jupyter (workbook.notebook.train), text in a terminal
-
-            bar = tqdm(total=args.iterations, initial=run.start, unit="it", dynamic_ncols=True, desc=args.algo,
-                       file=sys.stdout)
+        bar = Progress(args.iterations, initial=run.start, counter="iteration", prefix=f"{run.command} {args.algo}",
+                       unit="it", enabled=bool(show and run.dp.is_main))
         every = args.checkpoint_every or max(1, args.iterations // 10)
         status, bad = "finished", None
         try:
@@ -536,10 +608,7 @@ def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend
                     run.good = run.state("running")
                 if (it + 1) % every == 0 and it + 1 < args.iterations:
                     run.save_checkpoint(run.good if run.good is not None else run.state("running"))
-                if bar is not None:
-                    bar.set_postfix({"reward": f"{stats['env/reward_mean']:+.3f}", "KL": f"{stats['objective/kl']:.2f}"},
-                                    refresh=False)
-                    bar.update(1)
+                bar.update(it + 1, reward=f"{stats['env/reward_mean']:+.3f}", KL=f"{stats['objective/kl']:.2f}")
                 if run.dp.decide(stop.requested is not None):
                     status = "interrupted"
                     break
@@ -547,8 +616,11 @@ def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend
                     break
         except Abandoned:
             status = "interrupted"
-        if bar is not None:
+        except NotImplementedError as error:  # a stub of the learner's: train_runs names it; an empty new folder goes
             bar.close()
+            error.removed = run.discard()
+            raise
+        bar.close()
         if status != "finished":
             return run.stopped(status, bad)
         return run.finish()
@@ -628,16 +700,8 @@ def train_runs(runs: list[Args], saved: dict | None, train_one, *, command: str 
     except distributed.Unfinished as error:
         print(error, file=sys.stderr)
         return 2, summaries, histories
-    except NotImplementedError:
-        import traceback
-
-        where = [(f"exercises/{Path(frame.f_code.co_filename).name}", getattr(frame.f_code, "co_qualname", frame.f_code.co_name))
-                 for frame, _ in traceback.walk_tb(sys.exc_info()[2]) if "exercises" in frame.f_code.co_filename]
-        file, name = where[-1] if where else (stub_file, "an exercise")
-        impl = runs[0].impl
-        print(f"--impl {impl}: {name} in {file} is still a stub; fill it in "
-              f"(pytest tests/test_{Path(file).stem}.py shows which are done) or use --impl solutions", file=sys.stderr)
-        return 1, summaries, histories
+    except NotImplementedError as error:  # one line naming the stub, exit status 2 (workbook/runs.py: stub_error)
+        raise stub_error(runs[0].impl, stub_file, getattr(error, "removed", None)) from None
     return None, summaries, histories
 
 
@@ -675,7 +739,7 @@ def print_seeds(summaries: list[dict], task) -> None:
         cells.append(f"{format(after.mean(), fmt)} ± {after.std():.2g}")
     print(f"{'after':<10}" + "".join(f"{c:>{width}}" for c in cells) + "   (mean ± std over the seeds)")
     for s in summaries:
-        print(f"wrote {s['run_dir']}/")
+        print_written(s)
 
 
 def print_summary(summary: dict, task) -> None:
@@ -687,7 +751,20 @@ def print_summary(summary: dict, task) -> None:
     print("\nsamples after training:")
     for text, score in zip(summary["samples_after"], summary["scores_after"]):
         print(f"  {score:+.2f}  {text}")
-    print(f"\nwrote {summary['run_dir']}/ (curves.png, metrics.jsonl, samples.jsonl, summary.json, {summary['policy']})")
+    print()
+    print_written(summary)
+
+
+def print_written(summary: dict) -> None:
+    """What the run wrote (the files that are there), where its offline wandb run is, and the next command."""
+    run_dir = Path(summary["run_dir"])
+    names = ["metrics.jsonl", "samples.jsonl", "curves.png", "summary.json", CHECKPOINT, summary.get("policy"), "wandb"]
+    there = [f"{n}/" if (run_dir / n).is_dir() else n for n in names if n and (run_dir / n).exists()]
+    print(f"wrote {run_dir}/: {', '.join(there)}", flush=True)
+    sync = wandb_sync_line(run_dir)
+    if sync:
+        print(sync)
+    print(f"next: python -m workbook evaluate {run_dir}", flush=True)
 
 
 if __name__ == "__main__":
