@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 # A CPU build of torch, installed before the project so pip never pulls a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup test main grade mutation clean
+.PHONY: setup test main grade check-figures mutation clean
 
 # torch first, with pip (TORCH_SPEC); then the rest with uv (seconds, where pip takes about a minute),
 # or with pip where uv cannot be had. torch is already there, so uv keeps it and never looks for a build.
@@ -33,6 +33,11 @@ main: $(VENV)/.installed
 
 grade: $(VENV)/.installed
 	$(PY) -m workbook grade
+
+# The README's headline figures, rerun on this machine: each claim, what it measured, holds or not
+# (benchmarks/check_figures.py; about 5 minutes, SLOW=1 for every claim: about an hour).
+check-figures: $(VENV)/.installed
+	$(PY) benchmarks/check_figures.py $(if $(SLOW),--slow)
 
 # Maintainers' tool (slow: minutes to an hour per part on 2 cores): the mutation score of the
 # exercise tests per part, with the survivors listed (docs/mutation.md). PART=1 for one part.
