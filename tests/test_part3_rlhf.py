@@ -423,6 +423,19 @@ def test_compute_advantages_of_one_token_responses(impl, ref):
 
 
 @pytest.mark.exercise("compute_advantages")
+@pytest.mark.parametrize("score,lengths", [(0.1, [7]), (-0.7, [7, 4, 6]), (0.1, [5, 7, 2, 7, 3]), (0.5, [7, 4, 6])])
+def test_compute_advantages_when_every_token_has_the_same_advantage(impl, ref, score, lengths):
+    # The value head still 0 and every response scored alike (γ = λ = 1): every raw advantage is the score, so the
+    # whitened ones are 0 up to rounding (~1e-4). With scores like 0.1 or −0.7 the float32 mean differs from them by
+    # ~1e-8, and a 1e-8 added to the std instead of the variance turns that noise into ±1. One row and several.
+    mask = (torch.arange(7)[None] < torch.tensor(lengths)[:, None]).float()
+    rewards = torch.zeros(len(lengths), 7)
+    rewards[torch.arange(len(lengths)), torch.tensor(lengths) - 1] = score
+    check_call(impl, ref, "compute_advantages", torch.zeros(len(lengths), 7), rewards, mask, 1.0, 1.0,
+               rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.exercise("compute_advantages")
 @pytest.mark.parametrize("gamma,lam", [(-0.1, 0.95), (1.1, 0.95), (1.0, -0.1), (1.0, 1.1)])
 def test_compute_advantages_refuses_gamma_or_lam_outside_0_1(impl, gamma, lam):
     expect_value_error(f"compute_advantages(values, rewards, mask, gamma={gamma}, lam={lam})",

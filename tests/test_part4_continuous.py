@@ -304,6 +304,27 @@ def test_normalised_observations_keep_their_dtype_and_shape(impl, ref):
                                   f"{getattr(out, 'dtype', type(out))} {tuple(getattr(out, 'shape', ()))}"))
 
 
+@pytest.mark.exercise("ObservationNormalizer")
+@pytest.mark.parametrize("n", [100_000, 1_000])
+def test_observation_normaliser_keeps_epsilon_inside_the_sqrt_when_a_feature_barely_moves(impl, ref, n):
+    # Features 0.1 ± 1e-5 and 0.7 ± 3e-5 (not exact in binary) beside an ordinary one: after n observations their
+    # variance is ~1e-9 (n = 100,000) or ~1e-7 (n = 1,000), near ε = 1e-8. sqrt(var + ε) and sqrt(var) + ε then
+    # differ by far more than any tolerance; with the ordinary feature alone they would agree to 1e-8.
+    g = torch.Generator().manual_seed(n)
+    obs = torch.stack([0.1 + 1e-5 * torch.randn(n, generator=g), 0.7 + 3e-5 * torch.randn(n, generator=g),
+                       torch.randn(n, generator=g)], dim=1)
+    later = obs[:4] + torch.tensor([2e-5, -3e-5, 0.3])
+
+    def run(cls):
+        normaliser = normaliser_with_reference_stats(cls, ref, (3,), 10.0)
+        first = normaliser(obs.clone())
+        return {"the first 8 outputs": first[:8], "frozen, 4 more": normaliser(later.clone(), update=False)}
+
+    check_exercise(impl, ref, "ObservationNormalizer", run, rtol=1e-3, atol=1e-3,
+                   call=f"ObservationNormalizer((3,))(obs) on {n:_} observations whose features 0 and 1 barely move "
+                        "(0.1 ± 1e-5, 0.7 ± 3e-5), then 4 more with update=False")
+
+
 # --- RewardScaler --------------------------------------------------------------------------------
 
 def reward_stream(seed: int, steps: int = 12, num_envs: int = 3):
@@ -370,6 +391,25 @@ def test_reward_scaler_stays_finite_when_the_returns_never_vary(impl, ref):
 
     check_exercise(impl, ref, "RewardScaler", run, rtol=1e-5, atol=1e-12,
                    call=f"RewardScaler({n}, gamma={GAMMA}) on one step of rewards that are all 0 (Var[G] ≈ 1e-9 < ε)")
+
+
+@pytest.mark.exercise("RewardScaler")
+@pytest.mark.parametrize("num_envs,steps", [(100_000, 2), (1_000, 3)])
+def test_reward_scaler_keeps_epsilon_inside_the_sqrt_when_the_returns_barely_vary(impl, ref, num_envs, steps):
+    # Rewards of 1e-5 · (0.1 … 1.1), not exact in binary: Var[G] ~1e-9 or ~1e-7, near ε = 1e-8. The scaled rewards
+    # (~0.03-0.09, no clip binds) then show where ε went: sqrt(Var[G] + ε) and sqrt(Var[G]) + ε differ by 5-300 %.
+    # (Rewards all 0 would hide it: 0 divided by anything is 0.)
+    g = torch.Generator().manual_seed(num_envs)
+    rewards = [1e-5 * (0.1 + torch.rand(num_envs, generator=g)) for _ in range(steps)]
+
+    def run(cls):
+        scaler = scaler_with_reference_stats(cls, ref, num_envs, GAMMA, 10.0)
+        return {"scaled rewards (first 8 envs)": torch.stack(
+            [scaler(r.clone(), torch.zeros(num_envs, dtype=torch.bool))[:8] for r in rewards])}
+
+    check_exercise(impl, ref, "RewardScaler", run, rtol=1e-3, atol=1e-4,
+                   call=f"RewardScaler({num_envs:_}, gamma={GAMMA}) over {steps} steps of rewards of 1e-5 · (0.1 … 1.1) "
+                        "(Var[G] near ε)")
 
 
 # --- ContinuousAgent.play_step -------------------------------------------------------------------

@@ -23,7 +23,8 @@ from workbook.pytest_plugin import registries
 from workbook.checking import (WrongAnswer, assert_close, check_call, check_exercise, compare, explain, known_mistake,
                                matching_mistakes)
 from workbook.distributed import torchrun
-from workbook.distributed_check import GRADIENT_CASES, WHITEN_CASES, gradient_case, gradient_loss, whiten_case
+from workbook.distributed_check import (GRADIENT_CASES, WHITEN_CASES, gradient_case, gradient_loss, near_tied_case,
+                                        whiten_case)
 
 PART = "part6_data_parallel"
 POINTS = {
@@ -146,6 +147,15 @@ def test_global_masked_whiten_in_one_process_is_masked_whiten(impl, ref, case, m
 
 
 @pytest.mark.exercise("global_masked_whiten")
+@pytest.mark.parametrize("rank", [0, 1])
+def test_global_masked_whiten_in_one_process_with_a_variance_far_below_eps(impl, ref, rank):
+    # Values 0.1 ± 1e-5 (not exact in binary), variance ~1e-10: rsqrt(var + 1e-8) gives ~0.1, a 1e-8 added to the std
+    # instead gives ~1. (All values equal and exact, like 2.5, would hide it: 0 · anything is 0.)
+    values, mask = near_tied_case(rank)
+    check_call(impl, ref, "global_masked_whiten", values, mask, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.exercise("global_masked_whiten")
 def test_global_masked_whiten_shifts_the_mean_by_default(impl, ref):
     values, mask, _ = whiten_case(1, rank=0)
     check_call(impl, ref, "global_masked_whiten", values, mask)  # shift_mean left out: True, as in Part 3
@@ -244,6 +254,17 @@ def test_global_masked_whiten_on_two_ranks_with_all_values_equal(impl, ref, two_
     run = _runner(two_ranks, "global_masked_whiten", "tied", lambda fn: fn(torch.ones(2), torch.ones(2)))
     check_exercise(impl, ref, "global_masked_whiten", run, rtol=1e-4, atol=1e-4,
                    call=f"global_masked_whiten(values, mask) on {RANKS} ranks, every masked-in value 2.5 (variance 0)")
+
+
+@pytest.mark.exercise("global_masked_whiten")
+def test_global_masked_whiten_on_two_ranks_with_a_variance_far_below_eps(impl, ref, two_ranks):
+    # Masked-in values 0.1 ± 1e-5 on both ranks (3 and 4 of them): var ~1e-10 < 1e-8, so where the 1e-8 goes matters —
+    # rsqrt(var + 1e-8) scales the deviations to ~0.1, 1 / (std + 1e-8) to ~1. The tied case above (2.5 exactly) cannot
+    # tell them apart.
+    run = _runner(two_ranks, "global_masked_whiten", "near_tied", lambda fn: fn(torch.ones(2), torch.ones(2)))
+    check_exercise(impl, ref, "global_masked_whiten", run, rtol=1e-3, atol=1e-3,
+                   call=f"global_masked_whiten(values, mask) on {RANKS} ranks, masked-in values 0.1 ± 1e-5 "
+                        "(3 on rank 0, 4 on rank 1: variance ~1e-10)")
 
 
 @pytest.mark.exercise("global_masked_whiten")

@@ -105,6 +105,16 @@ def tied_case(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     return values, mask
 
 
+def near_tied_case(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked-in values 0.1 ± 1e-5 on both ranks (3 and 4 of them): a global variance of ~1e-10, far below the
+    1e-8, and values not exact in binary. rsqrt(var + 1e-8) scales the deviations to ~0.1; a 1e-8 added to the
+    std instead (or no eps) blows them up to ~1."""
+    g = torch.Generator().manual_seed(70 + rank)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]) if rank == 0 else torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, 0.0]])
+    values = 0.1 + 1e-5 * torch.randn(mask.shape, generator=g) + 3.0 * (1 - mask)  # padding far off
+    return values, mask
+
+
 # --- mode "exercises" -----------------------------------------------------------------------------
 
 def _exercise_outputs(fns: Callable[[str], Any]) -> dict:
@@ -125,6 +135,7 @@ def _exercise_outputs(fns: Callable[[str], Any]) -> dict:
     out[("global_masked_whiten", "too_few")] = lambda: fns("global_masked_whiten")(*too_few_case(rank))
     out[("global_masked_whiten", "tied")] = lambda: fns("global_masked_whiten")(*tied_case(rank))
     out[("global_masked_whiten", "pair")] = lambda: fns("global_masked_whiten")(*pair_case(rank))
+    out[("global_masked_whiten", "near_tied")] = lambda: fns("global_masked_whiten")(*near_tied_case(rank))
     return out
 
 

@@ -418,7 +418,9 @@ def _advantages(values, rewards, mask, gamma, lam, *, mask_values=True, whiten_f
             nxt = values[:, t + 1] if t + 1 < T else torch.zeros_like(values[:, t])
             running = rewards[:, t] + gamma * nxt - values[:, t] + d * running
             adv[:, t] = running
-        white = {"masked": lambda a: _ref.masked_whiten(a, mask), "plain": _ref.whiten, "none": lambda a: a}[whiten_fn]
+        white = {"masked": lambda a: _ref.masked_whiten(a, mask), "plain": _ref.whiten, "none": lambda a: a,
+                 "eps_outside": lambda a: (a - _ref.masked_mean(a, mask)) / (_ref.masked_var(a, mask).sqrt() + 1e-8)
+                 }[whiten_fn]
         if whiten_first:
             adv = white(adv) * mask
             returns = adv + values
@@ -458,6 +460,17 @@ def adv_returns_no_values(values, rewards, mask, gamma, lam):
 @part3("compute_advantages", "not_whitened", "the advantages were not whitened")
 def adv_not_whitened(values, rewards, mask, gamma, lam):
     return _advantages(values, rewards, mask, gamma, lam, whiten_fn="none")
+
+
+@part3("compute_advantages", "whitened_with_eps_outside_sqrt",
+       "the advantages were whitened as (A − mean) / (std + 1e-8), the 1e-8 outside the square root: when every "
+       "token's advantage is the same (every response scored alike, the value head still 0), rounding noise of "
+       "~1e-8 comes out as whitened advantages of ±1 instead of ~0")
+def adv_eps_outside(values, rewards, mask, gamma, lam):
+    if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
+        raise ValueError("gamma and lam must lie in [0, 1]")
+    values, advantages, returns = _advantages(values, rewards, mask, gamma, lam, whiten_fn="eps_outside")
+    return values, advantages * mask, returns * mask
 
 
 @part3("compute_advantages", "mask_inverted_with_tilde",

@@ -155,13 +155,15 @@ class RMSCountReplaced(_ConfigurableRMS):
 # --- ObservationNormalizer ------------------------------------------------------------------------
 
 class _ConfigurableNormalizer(_ReferenceNormalizer):
-    ignore_update_flag = by_variance = no_clip = clip_raw = False
+    ignore_update_flag = by_variance = no_clip = clip_raw = eps_outside_sqrt = False
 
     def __call__(self, obs, update=True):
         if update or self.ignore_update_flag:
             self.rms.update(obs)
         x = obs.double().clamp(-self.clip, self.clip) if self.clip_raw else obs.double()
         scale = self.rms.var + self.epsilon if self.by_variance else torch.sqrt(self.rms.var + self.epsilon)
+        if self.eps_outside_sqrt:
+            scale = torch.sqrt(self.rms.var) + self.epsilon
         out = (x - self.rms.mean) / scale
         return (out if self.no_clip or self.clip_raw else out.clamp(-self.clip, self.clip)).to(obs.dtype)
 
@@ -182,6 +184,13 @@ class NormalizerNoClip(_ConfigurableNormalizer):
     no_clip = True
 
 
+@part4("ObservationNormalizer", "eps_outside_sqrt",
+       "ε was added to the standard deviation, (obs − mean) / (sqrt(var) + ε), instead of inside the square root: "
+       "for a feature that barely moves (var ~1e-9, below ε = 1e-8) it is scaled ~3× too much")
+class NormalizerEpsOutsideSqrt(_ConfigurableNormalizer):
+    eps_outside_sqrt = True
+
+
 @part4("ObservationNormalizer", "clipped_before_normalising",
        "the raw observations were clipped to ±clip before normalising, instead of the normalised ones")
 class NormalizerClipsRaw(_ConfigurableNormalizer):
@@ -191,7 +200,7 @@ class NormalizerClipsRaw(_ConfigurableNormalizer):
 # --- RewardScaler ------------------------------------------------------------------------------
 
 class _ConfigurableScaler(_ReferenceScaler):
-    stats_of_rewards = never_reset = subtract_mean = no_clip = False
+    stats_of_rewards = never_reset = subtract_mean = no_clip = eps_outside_sqrt = False
 
     def __call__(self, rewards, reset_step):
         r = rewards.double()
@@ -201,7 +210,9 @@ class _ConfigurableScaler(_ReferenceScaler):
         if kept.any():
             self.return_rms.update(r[kept] if self.stats_of_rewards else self.returns[kept])
         centred = r - self.return_rms.mean if self.subtract_mean else r
-        scaled = centred / torch.sqrt(self.return_rms.var + self.epsilon)
+        std = torch.sqrt(self.return_rms.var) + self.epsilon if self.eps_outside_sqrt else torch.sqrt(
+            self.return_rms.var + self.epsilon)
+        scaled = centred / std
         return (scaled if self.no_clip else scaled.clamp(-self.clip, self.clip)).float()
 
 
@@ -220,6 +231,13 @@ class ScalerNeverResets(_ConfigurableScaler):
        "the return's running mean was subtracted from the rewards (only divide: a shift changes the task)")
 class ScalerSubtractsMean(_ConfigurableScaler):
     subtract_mean = True
+
+
+@part4("RewardScaler", "eps_outside_sqrt",
+       "ε was added to the standard deviation, r / (sqrt(Var[G]) + ε), instead of inside the square root: when the "
+       "returns barely vary (Var[G] ~1e-9, below ε = 1e-8) the rewards are scaled ~3× too much")
+class ScalerEpsOutsideSqrt(_ConfigurableScaler):
+    eps_outside_sqrt = True
 
 
 @part4("RewardScaler", "no_reward_clipping", "the scaled rewards were not clipped to ±clip")
