@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 # A CPU build of torch, installed before the project so pip never pulls a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup test main grade check-figures mutation clean
+.PHONY: setup test test-notebooks main grade check-figures mutation clean
 
 # torch first, with pip (TORCH_SPEC); then the rest with uv (seconds, where pip takes about a minute),
 # or with pip where uv cannot be had. torch is already there, so uv keeps it and never looks for a build.
@@ -27,6 +27,10 @@ setup: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest --impl=solutions
+
+# Every part's notebook executed headless, filled with the reference (make test runs one of them; CI runs both).
+test-notebooks: $(VENV)/.installed
+	$(PY) -m pytest --impl=solutions tests/test_notebooks.py --all-notebooks -k filled_notebook
 
 main: $(VENV)/.installed
 	$(PY) -m workbook main

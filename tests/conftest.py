@@ -9,6 +9,12 @@ from workbook import variants
 META_FIXTURE = "variant_results"
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption("--all-notebooks", action="store_true",
+                     help="execute every part's notebook filled with the reference (make test-notebooks; CI runs it): "
+                          "about 2 minutes more, so `make test` runs one of them")
+
+
 def pytest_collection_modifyitems(session, config, items) -> None:
     """Start the meta-run in the background as soon as we know it is wanted, and grade it last.
 
