@@ -67,12 +67,20 @@ def algo_args(algo: str, **overrides) -> Args:
 
 # --- options ------------------------------------------------------------------------------------
 
+def help_order() -> list[str]:
+    """The fields in --help's order: the review task's options next to the loop's they go with, DPO's last."""
+    names = [f.name for f in dataclasses.fields(LoopArgs)]
+    for name, after in (("reward", "seed"), ("eos_trick", "device"), ("missing_eos_score", "eos_trick")):
+        names.insert(names.index(after) + 1, name)
+    return names + ["dpo_beta"]
+
+
 def parse_command(argv: list[str] | None) -> tuple[Args, list[int]]:
     """(the options, the seeds): algorithm defaults and the ``--prompts imdb`` preset for every option not given."""
     parser = make_parser("python -m workbook rlhf", __doc__.split("\n\n")[0], epilog=algo_defaults_help())
     add_seeds_option(parser, [Args.seed], "one run per seed, e.g. --seeds 0 1 2")
     # quiet is for scripts (the benchmarks); the command line says --no-progress, as every command does.
-    add_dataclass_arguments(parser, Args, skip=("seed", "quiet", "progress"))
+    add_dataclass_arguments(parser, Args, skip=("seed", "quiet", "progress"), order=help_order())
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bar on a terminal, no progress line every 30 s elsewhere")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
