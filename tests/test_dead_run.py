@@ -193,11 +193,11 @@ def command_options(command: str) -> str:
     import contextlib
     import io
 
-    from workbook.loop import reasoning, train
+    from workbook.loop import reasoning, rlhf
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
-        (reasoning.main if command == "reason" else train.main)(["--help"])
+        (reasoning.main if command == "reason" else rlhf.main)(["--help"])
     return out.getvalue()
 
 
