@@ -32,7 +32,7 @@ import torch  # noqa: E402
 from workbook.cli import add_seeds_option  # noqa: E402
 from workbook.loop.algorithms import ALGOS  # noqa: E402
 from workbook.lm.pretrain import PretrainArgs, load_or_pretrain  # noqa: E402
-from workbook.loop.train import algo_args, train  # noqa: E402
+from workbook.loop.rlhf import algo_args, train  # noqa: E402
 
 COLOURS = {"ppo": "tab:blue", "grpo": "tab:orange", "rloo": "tab:green", "dpo": "tab:red"}
 

@@ -29,7 +29,7 @@ import torch  # noqa: E402
 from workbook.lm.model import load_checkpoint  # noqa: E402
 from workbook.lm.pretrain import PretrainArgs, checkpoint_path, load_or_pretrain  # noqa: E402
 from workbook.cli import add_seeds_option  # noqa: E402
-from workbook.loop.train import Args, train  # noqa: E402
+from workbook.loop.rlhf import Args, train  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:

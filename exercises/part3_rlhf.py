@@ -581,7 +581,7 @@ class PPOConfig:
 class PPOTrainer:
     """One PPO step on a batch of (query, response, score) triples, TRL-style.
 
-    Generation and scoring happen outside (see ``workbook/loop/train.py``): the trainer gets
+    Generation and scoring happen outside (see ``workbook/loop/run.py``): the trainer gets
     the token ids that were sampled and the score each text earned.
     """
 

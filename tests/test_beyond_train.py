@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from workbook.lm.pretrain import TINY_ARGS, pretrain
-from workbook.loop.train import Args, train
+from workbook.loop.rlhf import Args, train
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_group_algorithms_sample_whole_groups(tiny):
 
 def test_each_algorithm_has_its_defaults_unless_an_option_overrides_them():
     from workbook.loop.algorithms import ALGO_DEFAULTS
-    from workbook.loop.train import parse_args
+    from workbook.loop.rlhf import parse_args
 
     for algo, defaults in ALGO_DEFAULTS.items():
         args = parse_args(["--algo", algo])

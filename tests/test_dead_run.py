@@ -19,7 +19,7 @@ import pytest
 
 from workbook.loop.health import PATIENCE, SYMPTOMS, DeadRunWatch
 from workbook.loop.reasoning import reason_args
-from workbook.loop.train import algo_args
+from workbook.loop.rlhf import algo_args
 
 # --- the watcher on made-up streams --------------------------------------------------------------
 
@@ -193,11 +193,11 @@ def command_options(command: str) -> str:
     import contextlib
     import io
 
-    from workbook.loop import reasoning, train
+    from workbook.loop import reasoning, rlhf
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
-        (reasoning.main if command == "reason" else train.main)(["--help"])
+        (reasoning.main if command == "reason" else rlhf.main)(["--help"])
     return out.getvalue()
 
 
@@ -244,7 +244,7 @@ def review_gpt():
 @pytest.fixture
 def figures(monkeypatch):
     """The figures the loop draws (its curves.png), kept to read their notes."""
-    from workbook.loop import train as loop
+    from workbook.loop import run as loop
 
     drawn = []
 
@@ -312,7 +312,7 @@ def test_a_tiny_temperature_is_reported_as_no_spread_then_collapsed_entropy(reas
 
 
 def test_no_reward_spread_is_reported_with_the_format_reward(reasoner, tmp_path, capsys, figures, monkeypatch):
-    from workbook.loop import train as loop
+    from workbook.loop import run as loop
     from workbook.loop.reasoning import train_reason
 
     # The tiny reasoner is (nearly) never right: without credit for a well-formed answer every reward is 0.
@@ -374,7 +374,7 @@ def test_a_loss_that_masks_every_token_is_reported_as_exactly_zero(reasoner, tmp
 
 
 def test_the_rlhf_command_reports_too(review_gpt, tmp_path, capsys, figures):
-    from workbook.loop.train import train
+    from workbook.loop.rlhf import train
 
     common = dict(impl="solutions", iterations=PATIENCE, batch_size=8, mini_batch_size=4, group_size=4, ppo_epochs=1,
                   eval_samples=4, max_new_tokens=30, sample_every=1, wandb="disabled", runs_dir=str(tmp_path), quiet=True)

@@ -29,7 +29,7 @@ from workbook.rlhf.data import rollout  # noqa: E402
 from workbook.rlhf.prompts import prompt_file  # noqa: E402
 from workbook.rlhf.rewards import missing_eos_scores  # noqa: E402
 from workbook.loop.task import IMDB_PRESET, review_task  # noqa: E402
-from workbook.loop.train import Args, main, parse_args  # noqa: E402
+from workbook.loop.rlhf import Args, main, parse_args  # noqa: E402
 from workbook.runs import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -300,7 +300,7 @@ def test_rlhf_command_runs_end_to_end_on_a_saved_model(saved, saved_classifier, 
 @pytest.mark.parametrize("algo", ["grpo", "rloo", "dpo"])
 def test_part5_algorithms_run_unchanged_on_the_adapter(loaded, algo, tmp_path):
     from workbook.loop.task import ReviewTask
-    from workbook.loop.train import algo_args, train
+    from workbook.loop.rlhf import algo_args, train
     from workbook.rlhf.prompts import PromptPool
 
     lm, tok = loaded

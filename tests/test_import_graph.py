@@ -93,7 +93,7 @@ def test_imports_are_resolved_to_modules(tmp_path):
     graph_ = graph()
     assert "workbook.lm.model" in graph_["workbook.loop.algorithms"], "a module-level import"
     assert "workbook.lm.reward" in graph_["workbook.rlhf.rewards"], "an import inside a function"
-    assert "workbook.distributed" in graph_["workbook.loop.train"], "from workbook import distributed"
+    assert "workbook.distributed" in graph_["workbook.loop.run"], "from workbook import distributed"
 
 
 @pytest.mark.parametrize("level", ["module", "room"])

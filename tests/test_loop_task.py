@@ -17,7 +17,7 @@ import torch
 
 from workbook.lm.pretrain import TINY_ARGS, pretrain
 from workbook.loop.task import Prompt, ReviewTask
-from workbook.loop.train import Args, algo_args, train
+from workbook.loop.rlhf import Args, algo_args, train
 from workbook.rlhf.data import rollout
 from workbook.runs import ConfigError
 

@@ -13,8 +13,9 @@ import torch
 
 from workbook.checkpoints import CHECKPOINT, INTERRUPTED, NON_FINITE
 from workbook.lm.pretrain import TINY_ARGS, pretrain
-from workbook.loop import train as loop
-from workbook.loop.train import Args, Run
+from workbook.loop import rlhf as loop
+from workbook.loop.rlhf import Args
+from workbook.loop.run import Run
 
 
 @pytest.fixture(scope="module")

@@ -355,14 +355,14 @@ def test_summary_and_set_hold_only_the_commands_own_fields(tiny, tmp_path, monke
     assert tiny_main(tiny, monkeypatch, tmp_path) == 0
     out = capsys.readouterr().out
     config = json.loads((tmp_path / "r" / "summary.json").read_text())["config"]
-    for rlhf_only in reasoning.NOT_STORED:
+    for rlhf_only in ("reward", "eos_trick", "missing_eos_score", "dpo_beta"):  # the review task's
         assert rlhf_only not in config, f"{rlhf_only} is an rlhf setting, not one of reason's"
     assert config["eps_high"] == 0.28 and config["overlong_cache"] == 12, "the values dapo used (48 // 4 = 12)"
     assert config["format_reward"] == 0.1 and config["eval_k"] == 2
     # --set lists only fields it accepts: each one listed is accepted
     assert main(["--set", "not_a_field=3"]) == 2
     listed = capsys.readouterr().err.split("(fields: ")[1].rstrip(")\n").split(", ")
-    assert not set(reasoning.HIDDEN) & set(listed) and "eps_high" in listed and "format_reward" in listed
+    assert not {"seed", "reward", "dpo_beta"} & set(listed) and "eps_high" in listed and "format_reward" in listed
     assert "policy.pt" in out and "checkpoint.pt" in out
 
 

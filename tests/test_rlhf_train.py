@@ -12,7 +12,7 @@ import torch
 
 from workbook.lm.pretrain import TINY_ARGS, pretrain
 from workbook.rlhf.reward_model import RewardModelArgs, RewardModelScorer, train_reward_model
-from workbook.loop.train import Args, main, train
+from workbook.loop.rlhf import Args, main, train
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +123,8 @@ def test_a_one_iteration_run_draws_no_empty_panel(tmp_path):
 
 def test_a_fixed_beta_gets_no_panel():
     from workbook.loop.task import ReviewTask
-    from workbook.loop.train import curve_panels, parse_args
+    from workbook.loop.rlhf import parse_args
+    from workbook.loop.run import curve_panels
 
     def has_beta(argv):
         return "objective/kl_coef" in dict(curve_panels(parse_args(argv), ReviewTask))
@@ -133,7 +134,7 @@ def test_a_fixed_beta_gets_no_panel():
 
 
 def test_the_title_names_the_settings_actually_used():
-    from workbook.loop.train import curves_title, parse_args
+    from workbook.loop.rlhf import curves_title, parse_args
 
     assert "β=0.1" in curves_title(parse_args(["--algo", "dpo"]), "r") and "β₀" not in curves_title(parse_args(["--algo", "dpo"]), "r")
     assert "β=0.3" in curves_title(parse_args(["--algo", "grpo"]), "r")

@@ -14,7 +14,7 @@ COMMANDS = {
     "atari": ("workbook.atari.train", "Part 8: train a Nature-CNN PPO agent on an Atari game (--env)"),
     "evaluate": ("workbook.evaluate", "evaluate (and --video) a saved agent: python -m workbook evaluate RUN_DIR"),
     "pretrain": ("workbook.lm.pretrain", "Part 3: pretrain the tiny review GPT (cached)"),
-    "rlhf": ("workbook.loop.train", "Part 3: RLHF 'write a positive review' end to end"),
+    "rlhf": ("workbook.loop.rlhf", "Part 3: RLHF 'write a positive review' end to end"),
     "reason": ("workbook.loop.reasoning", "Part 7: RL with verifiable rewards on arithmetic (--algo dapo|grpo|...)"),
     "main": ("workbook.main_job", "the main job: grade the reference, train CartPole, run RLHF"),
 }

@@ -22,7 +22,7 @@ import re
 import textwrap
 import types
 import typing
-from typing import Any, Callable, Literal, TypeVar
+from typing import Any, Callable, Literal, Sequence, TypeVar
 
 from workbook.runs import ConfigError
 
@@ -134,14 +134,17 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (),
-                            shown_default: Callable[[str, Any], str] | None = None) -> None:
+                            shown_default: Callable[[str, Any], str] | None = None,
+                            order: Sequence[str] = ()) -> None:
     """One option per field of ``cls`` (a dataclass whose fields all have defaults), except the fields in ``skip``.
 
     ``shown_default(field, default)``: what ``--help`` says the default is, when the command's
     default differs from the field's (an algorithm's own value); the parsed default stays the field's.
+    ``order``: every field's name, in the order ``--help`` lists them (default: the class's order).
     """
     docs, hints = field_docs(cls), field_types(cls)
-    for f in dataclasses.fields(cls):
+    fields = dataclasses.fields(cls)
+    for f in sorted(fields, key=lambda f: list(order).index(f.name)) if order else fields:
         if f.name in skip:
             continue
         default = _default(f)

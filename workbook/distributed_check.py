@@ -265,7 +265,7 @@ def run_commands(out_dir: Path) -> dict:
     from workbook.cartpole import train as cartpole
     from workbook.lm.model import GPT, GPTConfig
     from workbook.lm.tokenizer import CharTokenizer
-    from workbook.loop import train as rlhf
+    from workbook.loop import rlhf
 
     code = cartpole.main(["--impl", "solutions", "--total-timesteps", "512", "--set", "num_envs=4",
                           "--set", "num_steps_per_rollout=32", "--wandb", "disabled", "--runs-dir", "runs",

@@ -233,7 +233,8 @@ def evaluate_lm(run_dir: Path, state: dict, options: Any, *, model: Any = None, 
     from workbook import distributed
     from workbook.loop.algorithms import make_algorithm
     from workbook.loop.backend import make_backend
-    from workbook.loop.train import Args, headline
+    from workbook.loop.rlhf import Args
+    from workbook.loop.run import headline
 
     reason = state["command"] == "reason"
     if reason:

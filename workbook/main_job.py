@@ -35,6 +35,6 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\n== 3. RLHF: 'write a positive movie review' (pretrains once if no cached model; wandb offline) ==",
           flush=True)
-    from workbook.loop import train as rlhf
+    from workbook.loop import rlhf
 
     return rlhf.main(["--impl", "solutions"] + ["--no-progress"] * options.no_progress)

@@ -8,8 +8,12 @@
   causal LM through the adapter in ``workbook/hf`` (``--model``).
 - ``algorithms.py``: **how** it learns — ppo (Part 3), grpo, rloo, dpo (Part 5): each with its
   defaults, its curves' panels and the object the loop drives.
-- ``train.py``: the loop itself (:class:`~workbook.loop.train.Run`: set up, one function per
-  iteration, one end-of-run writer) and the ``rlhf`` command; ``curves.py``: its figures.
+- ``run.py``: the loop itself (:class:`~workbook.loop.run.Run`: set up, one function per
+  iteration, one end-of-run writer; several seeds, ``--resume``), on the options every LM
+  command shares (``options.py``); ``curves.py`` and ``health.py``: its figures and its watch
+  for a dead run.
+- One module per command, each its command only: ``rlhf.py`` (the review task; Parts 3, 5)
+  and ``reasoning.py`` (``reason``: verifiable rewards, Part 7, with ``rlvr.py``'s losses).
 
 Dependencies point one way: ``loop`` uses ``rlhf`` (the review task's ingredients: prompts,
 rollout, scorers, reward model), ``hf`` (the adapter) and ``lm`` (the GPT); none of them

@@ -12,7 +12,7 @@ Each algorithm is defined here once, by an :class:`Algorithm` entry in :data:`AL
   (the :class:`~workbook.loop.task.Prompt` items to sample this iteration), ``step(rollout,
   scores, it)`` (one update; returns its stats) and ``summary()`` (extra end-of-run numbers).
 
-The loop (``workbook/loop/train.py``) does, every iteration: ``prompts = algo.prompts(it)``,
+The loop (``workbook/loop/run.py``) does, every iteration: ``prompts = algo.prompts(it)``,
 sample one response per prompt, score them with the task, ``stats = algo.step(rollout, scores,
 it)``. PPO and the critic-free methods train on those samples; DPO trains on the task's
 preference pairs and samples only to show what its policy writes now (its reward and KL

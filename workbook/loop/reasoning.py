@@ -8,7 +8,7 @@
     python -m workbook reason --impl solutions --model Qwen/Qwen2.5-0.5B-Instruct --prompts gsm8k.tsv \\
         --device cuda                                                # a real model on a GPU (HF_PRESET)
 
-The same loop as ``rlhf`` (``workbook/loop/train.py``: the algorithm picks the prompts, the
+The same loop as ``rlhf`` (``workbook/loop/run.py``: the algorithm picks the prompts, the
 policy samples, the task scores, the algorithm steps) on another task: :class:`ReasoningTask`.
 Its prompts are arithmetic problems from ``workbook/reason`` (``--task``), its reward is the
 learner's ``answer_reward`` (a program checks the answer: no reward model), and its evaluation
@@ -57,8 +57,9 @@ from workbook.loop import rlvr
 from workbook.loop.algorithms import ALGORITHMS, given_options
 from workbook.loop.backend import TinyGPT, make_backend, save_policy
 from workbook.loop.curves import save_seed_curves
+from workbook.loop.options import LoopArgs
+from workbook.loop.run import Run, curve_panels, prepare_runs, print_written, train, train_runs
 from workbook.loop.task import Prompt
-from workbook.loop.train import Args, Run, curve_panels, prepare_runs, print_written, train, train_runs
 from workbook.rlhf.data import Rollout
 from workbook.runs import ConfigError, command, new_run_dir
 
@@ -96,7 +97,7 @@ INSTRUCTION = "\nSolve it step by step, briefly, then give only the final number
 
 
 @dataclass
-class ReasonArgs(Args):
+class ReasonArgs(LoopArgs):
     impl: Literal["exercises", "solutions"] = "exercises"
     """Which part7_reasoning (and the parts it uses: 3 and 5) to train with: exercises (yours) or solutions."""
     algo: Literal["grpo", "dapo", "dr_grpo", "gspo", "cispo", "rloo", "ppo"] = DEFAULT_ALGO
@@ -161,10 +162,8 @@ class ReasonArgs(Args):
     """Default: reason-<task>-<algo>-s<seed>-<time> (several --seeds: <run name>-seed<S> each); an existing run is refused unless --overwrite."""
 
 
-# Options of the rlhf command that mean nothing here (the review task's reward, its EOS trick, DPO): not
-# options, not --set fields, and kept out of summary.json and the wandb config (seed is --seeds).
-HIDDEN = ("seed", "reward", "eos_trick", "missing_eos_score", "dpo_beta")
-NOT_STORED = tuple(h for h in HIDDEN if h != "seed")
+HIDDEN = ("seed",)
+"""Fields that are no option nor --set field (seed is --seeds)."""
 
 
 def reason_args(algo: str = DEFAULT_ALGO, **overrides) -> ReasonArgs:
@@ -391,11 +390,10 @@ def run_name(args: ReasonArgs, stamp: str | None = None) -> str:
 # --- the run ------------------------------------------------------------------------------------
 
 class ReasonRun(Run):
-    """The loop's :class:`~workbook.loop.train.Run` with this command's checks, title and sample rows."""
+    """The loop's :class:`~workbook.loop.run.Run` with this command's checks, names, title and sample rows."""
 
     command = "reason"
     rollout_chunk = 256  # a whole batch of short answers in one KV-cached generate: ~3× faster than 4 × 64
-    hidden = NOT_STORED
 
     def evaluating_line(self, what: str) -> str:
         return (f"evaluating {what}: {len(self.eval_prompts)} held-out problems × {self.args.eval_k} samples "
@@ -403,6 +401,12 @@ class ReasonRun(Run):
 
     def validate(self, args: ReasonArgs) -> None:
         validate(args)
+
+    def run_name(self, args: ReasonArgs) -> str:
+        return run_name(args)
+
+    def default_task(self, args: ReasonArgs, tok) -> ReasoningTask:
+        return make_task(args)
 
     def title(self) -> str:
         a = self.args

@@ -1,6 +1,6 @@
 """What the loop trains *for*: a task gives the prompts, the reward and the evaluation.
 
-The loop (``workbook/loop/train.py``) never looks inside a task; it calls, in this order:
+The loop (``workbook/loop/run.py``) never looks inside a task; it calls, in this order:
 
 - ``task.batch(n, seed, iteration) -> list[Prompt]``: the prompts of one iteration, seeded per
   (seed, iteration) so a run is reproducible and every rank of a torchrun job (its own

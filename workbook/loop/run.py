@@ -1,34 +1,32 @@
-"""RLHF end to end: teach the pretrained review GPT to write positive reviews, with a KL leash.
-
-    python -m workbook rlhf --impl solutions          # the reference code
-    python -m workbook rlhf                           # your code from exercises/part3_rlhf.py (the default)
-    python -m workbook rlhf --impl solutions --kl-coef 0   # no leash: reward hacking / mode collapse
-    python -m workbook rlhf --impl solutions --reward model  # learned reward model instead of VADER
-    python -m workbook rlhf --impl solutions --algo grpo     # Part 5: grpo, rloo or dpo instead of PPO
-    python -m workbook rlhf --impl solutions --seeds 0 1 2   # one run per seed, and their mean ± spread
-    torchrun --standalone --nproc_per_node=2 -m workbook rlhf --impl solutions   # data-parallel (Part 6), any --algo
+"""The language-model RL loop that every LM command drives (``rlhf``, ``reason``): :class:`Run` and :func:`train`.
 
 The loop takes three things, each defined in one place with its own defaults: a **task**
-(``workbook/loop/task.py``: prompts, reward, evaluation — here the review task), a **model
-backend** (``backend.py``: the review GPT, or any Hugging Face causal LM with ``--model``) and an
-**algorithm** (``algorithms.py``: ppo, grpo, rloo, dpo). One iteration (:meth:`Run.iteration`):
-the algorithm picks the prompts, the policy writes a response to each (KV-cached sampling at
-``--temperature``), the task scores them, and the algorithm takes its step (PPO: forward
-passes of policy and frozen reference → per-token KL rewards → GAE → PPO epochs → KL-controller
-update). :meth:`Run.finish` evaluates and writes the run's outputs.
+(``workbook/loop/task.py``: prompts, reward, evaluation — the review task of ``rlhf``, the
+arithmetic of ``reason``), a **model backend** (``backend.py``: a tiny GPT, or any Hugging Face
+causal LM with ``--model``) and an **algorithm** (``algorithms.py``: ppo, grpo, rloo, dpo;
+``rlvr.py``: dapo, dr_grpo, gspo, cispo). A command is a :class:`Run` subclass (its checks, its
+run names, its curves' title, its default task) and a ``main``; this module knows no command.
+
+One iteration (:meth:`Run.iteration`): the algorithm picks the prompts, the policy writes a
+response to each (KV-cached sampling at ``--temperature``), the task scores them, and the
+algorithm takes its step (PPO: forward passes of policy and frozen reference → per-token KL
+rewards → GAE → PPO epochs → KL-controller update). :meth:`Run.finish` evaluates and writes the
+run's outputs.
 
 Writes, under ``<runs-dir>/<run name>/``: ``metrics.jsonl`` (every stat of every iteration),
 ``samples.jsonl`` (generations every ``--sample-every`` iterations), ``curves.png`` (the task's
 and the algorithm's panels against the iteration), ``summary.json`` (before/after evaluation)
-and ``policy.pt`` (the trained LM, loadable with ``workbook.lm.load_checkpoint``; with
-``--model``, a ``policy/`` folder that ``--model`` loads back). With several ``--seeds``, also
-``<runs-dir>/<name>-seeds/`` (``curves.png``: mean and min–max over the seeds; ``summary.json``).
-wandb logs the same stats and a table of samples, offline by default (``wandb sync`` uploads it later).
+and the policy (``policy.pt``, loadable with ``workbook.lm.load_checkpoint``; with ``--model``,
+a ``policy/`` folder that ``--model`` loads back). Several ``--seeds`` (:func:`prepare_runs`,
+:func:`train_runs`): one run each, then the command's ``<name>-seeds/`` folder (mean and
+min–max). wandb logs the same stats and a table of samples, offline by default (``wandb sync``
+uploads it later).
 
 Owning the run (docs/own_your_runs.md): ``checkpoint.pt`` every ``--checkpoint-every``
 iterations and at the end; Ctrl-C (or SIGTERM) finishes the iteration in progress, saves and
-prints the ``--resume RUN_DIR`` line that continues it exactly; a NaN or inf stops the run after
-saving the last good iteration (exit 3); ``python -m workbook evaluate RUN_DIR`` evaluates it again.
+prints the ``--resume RUN_DIR`` line that continues it exactly (:func:`resume_args`); a NaN or
+inf stops the run after saving the last good iteration (exit 3); ``python -m workbook evaluate
+RUN_DIR`` evaluates it again.
 """
 
 from __future__ import annotations
@@ -38,227 +36,25 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Literal
 
-import numpy as np
 import torch
 
 from workbook import distributed
 from workbook.checkpoints import (CHECKPOINT, INTERRUPTED, LAYOUT, NON_FINITE, Abandoned, AppendLog, StopSignals,
                                   first_non_finite, lm_algorithm_state, load_run, non_finite_weights,
                                   restore_lm_algorithm, rng_state, save, set_rng_state, stop_at_once, write_json)
-from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require, require_at_least,
-                          require_choices, require_divides, require_in, require_positive)
-from workbook.loop.algorithms import ALGORITHMS, algo_defaults_help, apply_algo_defaults, given_options, make_algorithm
+from workbook.cli import require
+from workbook.loop.algorithms import ALGORITHMS, make_algorithm
 from workbook.loop.backend import make_backend
-from workbook.loop.curves import save_curves, save_seed_curves
+from workbook.loop.curves import save_curves
 from workbook.loop.health import DeadRunWatch, tell
-from workbook.loop.task import ReviewTask, Task, apply_preset, check_review_options, review_task
+from workbook.loop.options import LoopArgs, resume_args
+from workbook.loop.task import Task
 from workbook.rlhf.data import rollout
 from workbook.progress import Progress
-from workbook.runs import (ConfigError, check_can_create, check_new_run_dir, command, discard_new_run, new_run_dir,
-                           start_wandb, stub_error, wandb_sync_line)
-
-
-@dataclass
-class Args:
-    impl: Literal["exercises", "solutions"] = "exercises"
-    """Which part3_rlhf (and part5_beyond_ppo) to train with: exercises (yours) or solutions (the reference)."""
-    algo: Literal["ppo", "grpo", "rloo", "dpo"] = "ppo"
-    """ppo (Part 3), or Part 5's grpo, rloo or dpo (options for those at the end of this list)."""
-    seed: int = 0
-    """Seeds the prompts, the sampling and the minibatch order (on the command line: --seeds S [S ...], one run each)."""
-    reward: str = "vader"
-    """vader (the sentiment scorer itself), model (the learned reward model, trained and cached if missing), or a Hugging Face sentiment classifier (owner/name on the hub, or a folder; needs the hf extra)."""
-    model: str = ""
-    """A Hugging Face causal LM instead of the review GPT: a hub name (gpt2) or a save_pretrained folder (needs the hf extra)."""
-    prompts: str = "reviews"
-    """reviews (the corpus' openers), imdb (IMDB review openers; sets the TRL preset, see workbook/loop/task.py) or a file, one prompt a line (with --model)."""
-    device: str = "cpu"
-    """cpu or cuda (the review GPT is fastest on the CPU; a Hugging Face model wants cuda)."""
-    eos_trick: bool = False
-    """Score a response that never emitted EOS (cut off at --max-new-tokens) --missing-eos-score instead (TRL's missing_eos_penalty)."""
-    missing_eos_score: float = -1.0
-    """The fixed score of an unfinished response under --eos-trick."""
-    iterations: int = 150
-    """Iterations (one batch of samples each); a fixed count, so the same seed gives the same run.
-    150 PPO iterations take about 50 s on one CPU thread; the reward levels off at about 0.6-0.65 from iteration ~80."""
-    time_budget_s: float = 0.0
-    """Optionally stop after this many seconds of training (generation + scoring + updates); 0 = no limit."""
-    batch_size: int = 64
-    """Reviews sampled per iteration."""
-    mini_batch_size: int = 16
-    """Reviews per gradient step."""
-    ppo_epochs: int = 2
-    """Passes over each batch."""
-    learning_rate: float = 2.5e-4
-    """Adam learning rate."""
-    kl_coef: float = 0.05
-    """Initial KL coefficient β; 0 turns the KL penalty (and its controller) off."""
-    adaptive_kl: bool = True
-    """Adapt β towards --kl-target (else keep it fixed)."""
-    kl_target: float = 4.5
-    """Target mean per-review KL (nats) of the adaptive controller."""
-    kl_horizon: float = 2_000.0
-    """Samples over which β may change by about ×e^0.2 (smaller: faster control)."""
-    kl_penalty: Literal["kl", "abs", "mse", "full", "k3"] = "kl"
-    """Per-token KL estimator in the rewards: kl, abs, mse, full or k3."""
-    ent_coef: float = 0.03
-    """Entropy bonus weight (keeps the word choice varied: without it the policy settles on one adjective)."""
-    temperature: float = 1.0
-    """Sampling temperature (the forward passes divide the logits by it too)."""
-    max_new_tokens: int = 110
-    """Longest response in characters (the corpus' reviews are at most 120 characters)."""
-    vf_coef: float = 0.1
-    """Value-loss weight."""
-    cliprange: float = 0.2
-    """Policy ratio clip ε."""
-    cliprange_value: float = 0.2
-    """Value clip ε_v."""
-    gamma: float = 1.0
-    """Discount over tokens."""
-    lam: float = 0.95
-    """GAE λ."""
-    eval_samples: int = 128
-    """Held-out prompts for the before/after evaluation."""
-    sample_every: int = 5
-    """Log a table of sample generations every this many iterations."""
-    wandb: Literal["offline", "online", "disabled"] = "offline"
-    """wandb mode: offline (default, no account needed), online, or disabled."""
-    runs_dir: str = "runs"
-    """Outputs go to <runs_dir>/<run name>/."""
-    run_name: str = ""
-    """Default: rlhf-<reward>-kl<kl_coef>-s<seed>-<time> (with several --seeds, <run name>-seed<S> each). An existing run of that name is refused unless --overwrite."""
-    overwrite: bool = False
-    """Replace an existing run folder of the same name (deleting the old run) instead of refusing."""
-    checkpoint_every: int = 0
-    """Write checkpoint.pt every this many iterations (0: every tenth of the run) and at the end."""
-    resume: str = ""
-    """A run folder to continue from its checkpoint.pt, exactly (weights, optimizer, β, random streams): the same settings, except --iterations (to train longer), --learning-rate, --time-budget-s and the output options; metrics and samples appended, the wandb run resumed."""
-    threads: int = 1
-    """torch threads (1 is fastest for this small model on a shared CPU)."""
-    quiet: bool = False
-    """Print only the before/after summary."""
-    progress: bool = True
-    """Show a progress bar over the iterations (--no-progress: none, e.g. in CI logs)."""
-    # Part 5 (--algo grpo|rloo|dpo). --kl-coef is their fixed β (in GRPO's loss, in RLOO's reward),
-    # --ppo-epochs their passes over a batch; --batch-size counts samples (GRPO/RLOO) or pairs (DPO).
-    group_size: int = 8
-    """grpo/rloo: samples per prompt; --batch-size must be a multiple of it."""
-    grpo_scale: Literal["group", "batch", "none"] = "group"
-    """grpo: advantage scaling, group (the paper), batch (this rank's batch under torchrun) or none (Dr. GRPO)."""
-    loss_normalisation: Literal["sequence", "token", "constant"] = "sequence"
-    """grpo/rloo: sequence (1/|o| per response), token (DAPO) or constant (Dr. GRPO, divides by --max-new-tokens)."""
-    dpo_beta: float = 0.1
-    """dpo: β of the implicit reward β·log(π/π_ref)."""
-
-
-def algo_args(algo: str, **overrides) -> Args:
-    """``Args`` for ``algo`` with its defaults, then ``overrides``."""
-    return Args(**({"algo": algo} | ALGORITHMS[algo].defaults | overrides))
-
-
-# --- options ------------------------------------------------------------------------------------
-
-def parse_command(argv: list[str] | None) -> tuple[Args, list[int]]:
-    """(the options, the seeds): algorithm defaults and the ``--prompts imdb`` preset for every option not given."""
-    parser = make_parser("python -m workbook rlhf", __doc__.split("\n\n")[0], epilog=algo_defaults_help())
-    add_seeds_option(parser, [Args.seed], "one run per seed, e.g. --seeds 0 1 2")
-    # quiet is for scripts (the benchmarks); the command line says --no-progress, as every command does.
-    add_dataclass_arguments(parser, Args, skip=("seed", "quiet", "progress"))
-    parser.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="no progress bar on a terminal, no progress line every 30 s elsewhere")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="set any option by its field name, e.g. --set kl_coef=0.1 (repeatable; same as --kl-coef 0.1)")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--seed" in argv or any(a.startswith("--seed=") for a in argv):
-        raise ConfigError("--seed", "unknown option; use --seeds S [S ...] (one run per seed)")
-    if "--run-dir" in argv or any(a.startswith("--run-dir=") for a in argv):
-        raise ConfigError("--run-dir", "unknown option; use --runs-dir DIR")
-    namespace = parser.parse_args(argv)
-    seeds = list(namespace.seeds)
-    overrides = parse_overrides(namespace.set, Args)
-    if "seed" in overrides:
-        raise ConfigError("--set", "seed is set with --seeds S [S ...]")
-    args = dataclass_from_args(Args, namespace, seed=seeds[0], **overrides)
-    given = given_options(argv) | set(overrides)
-    return apply_preset(apply_algo_defaults(args, given), given), seeds
-
-
-def parse_args(argv: list[str] | None) -> Args:
-    """The options of ``argv`` for its first seed."""
-    return parse_command(argv)[0]
-
-
-def validate(args: Args) -> None:
-    """Raise ConfigError for the first bad setting (before anything is loaded or written)."""
-    for name in ("iterations", "batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "eval_samples",
-                 "sample_every", "threads"):
-        require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 1)
-    require_at_least("--checkpoint-every", args.checkpoint_every, 0)
-    for name in ("learning_rate", "kl_target", "kl_horizon", "temperature", "cliprange", "cliprange_value"):
-        require_positive(f"--{name.replace('_', '-')}", getattr(args, name))
-    for name in ("kl_coef", "ent_coef", "vf_coef", "time_budget_s"):
-        require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 0)
-    require_at_least("--seeds", args.seed, 0)
-    require_divides("--mini-batch-size", args.mini_batch_size, "--batch-size", args.batch_size)
-    require_in("--gamma", args.gamma, 0, 1, open_low=True)
-    require_in("--lam", args.lam, 0, 1)
-    require_choices(args)
-    require_positive("--dpo-beta", args.dpo_beta)
-    ALGORITHMS[args.algo].check(args)
-    require(args.device == "cpu" or (args.device.split(":")[0] == "cuda" and torch.cuda.is_available()), "--device",
-            f"{args.device!r}: expected cpu, or cuda (cuda:N) on a machine with a CUDA GPU")
-    check_review_options(args)
-    make_backend(args).check(args)
-
-
-def run_name(args: Args, stamp: str | None = None) -> str:
-    prefix = "rlhf" if args.algo == "ppo" else f"rlhf-{args.algo}"
-    reward = args.reward.replace("/", "_")
-    return args.run_name or f"{prefix}-{reward}-kl{args.kl_coef:g}-s{args.seed}-{stamp or time.strftime('%Y%m%d-%H%M%S')}"
-
-
-RESUME_MAY_CHANGE = frozenset({"iterations", "learning_rate", "time_budget_s", "wandb", "progress", "quiet", "threads",
-                               "checkpoint_every", "sample_every", "device", "resume", "debug"})
-"""What a resumed run may change; every other option given with --resume must match the checkpoint."""
-
-
-def resume_args(args: Args, seeds: list[int], argv: list[str], *, command: str = "rlhf", args_class: type = Args,
-                check=validate) -> tuple[Args, dict]:
-    """(the resumed run's Args, its checkpoint): the checkpoint's settings, with only :data:`RESUME_MAY_CHANGE` changed.
-
-    ``command``, ``args_class`` and ``check``: the command whose run it is (``reason`` passes its own)."""
-    saved = load_run(args.resume, "--resume", (command,))
-    given = given_options(argv) - {"set"}
-    for i, token in enumerate(argv):  # --set FIELD=VALUE names a field too
-        if token == "--set" and i + 1 < len(argv):
-            given.add(argv[i + 1].split("=", 1)[0])
-        elif token.startswith("--set="):
-            given.add(token.removeprefix("--set=").split("=", 1)[0])
-    for name in ("run_name", "runs_dir", "overwrite"):
-        require(name not in given, f"--{name.replace('_', '-')}", "does not apply to --resume (the run continues in its own folder)")
-    before = saved["config"]
-    may = "a resumed run keeps its settings; only --iterations, --learning-rate, --time-budget-s and output options may change"
-    require("seeds" not in given or seeds == [before["seed"]], "--seeds",
-            f"{' '.join(map(str, seeds))} conflicts with the checkpoint's seed {before['seed']} ({may})")
-    for name in sorted(given - RESUME_MAY_CHANGE - {"seeds"}):
-        if name in before and getattr(args, name, before[name]) != before[name]:
-            raise ConfigError(f"--{name.replace('_', '-')}", f"{getattr(args, name)} conflicts with the checkpoint's "
-                                                            f"{before[name]} ({may})")
-    fields = {f.name for f in dataclasses.fields(args_class)}
-    run_dir = Path(args.resume)
-    merged = ({k: v for k, v in before.items() if k in fields} | {k: getattr(args, k) for k in given & RESUME_MAY_CHANGE & fields}
-              | {"resume": str(run_dir), "run_name": run_dir.name, "runs_dir": str(run_dir.parent), "overwrite": False})
-    resumed = args_class(**merged)
-    check(resumed)
-    require(saved["iteration"] < resumed.iterations, "--resume",
-            f"{run_dir} has done {saved['iteration']} of its {resumed.iterations} iterations: nothing left to train "
-            f"(--iterations N trains it longer; python -m workbook evaluate {run_dir} evaluates it)")
-    check_can_create(run_dir / CHECKPOINT, "--resume")
-    return resumed, saved
+from workbook.runs import check_new_run_dir, discard_new_run, new_run_dir, start_wandb, stub_error, wandb_sync_line
 
 
 # --- one run ------------------------------------------------------------------------------------
@@ -266,17 +62,19 @@ def resume_args(args: Args, seeds: list[int], argv: list[str], *, command: str =
 class Run:
     """One run of the loop: built by ``__init__``, driven by :meth:`iteration`, closed by :meth:`finish`.
 
+    A command subclasses it with its :meth:`validate`, :meth:`run_name`, :meth:`title` and
+    :meth:`default_task` (``rlhf``: ``RlhfRun``; ``reason``: ``ReasonRun``).
     ``model``/``tok``: the LM to start from (default: the backend's, from ``--model``);
-    ``task``: default the review task of ``--prompts``/``--reward``; ``backend`` and
+    ``task``: default the command's (:meth:`default_task`); ``backend`` and
     ``pretrain_args`` choose how the model is loaded (default: from ``--model``).
     Nothing is written before every setting is checked and the learner's classes are built.
     ``resume``: a checkpoint (``checkpoint.pt``) to continue, in its own folder.
     """
 
-    def __init__(self, args: Args, *, model=None, tok=None, task: Task | None = None, backend=None, pretrain_args=None,
+    def __init__(self, args: LoopArgs, *, model=None, tok=None, task: Task | None = None, backend=None, pretrain_args=None,
                  resume: dict | None = None):
         self.validate(args)
-        self.args, self.name = args, run_name(args)
+        self.args, self.name = args, self.run_name(args)
         # Under torchrun: rank-dependent prompts and sampling; only rank 0 prints and writes.
         self.dp = dp = distributed.init(args.impl)
         self.data_seed = dp.data_seed(args.seed)
@@ -296,7 +94,7 @@ class Run:
             model, tok = self.backend.load(args, dp)
         self.pretrain_s = time.perf_counter() - t0
         self.tok = tok
-        self.task = task if task is not None else review_task(args, tok)
+        self.task = task if task is not None else self.default_task(args, tok)
         self.algo = make_algorithm(args, model, tok, self.task, data_seed=self.data_seed)
         self.device = torch.device(args.device)
         self.policy, self.reference = self.algo.policy.to(self.device), self.algo.reference.to(self.device)
@@ -357,24 +155,19 @@ class Run:
         if self.dp.is_main and state is not None:
             save(state, self.out_dir / CHECKPOINT)
 
-    rollout_chunk = 64
-    command = "rlhf"
+    command = ""
     """The command whose runs these are (checkpoints, summaries and the resume line name it)."""
+    rollout_chunk = 64
     """Prompts sampled together (a subclass may take more: the reason command's short answers, 256 at once)."""
 
-    def validate(self, args: Args) -> None:
-        """The command's checks (a command on another task, e.g. ``reason``, overrides them and :meth:`title`)."""
-        validate(args)
-
-    def title(self) -> str:
-        return curves_title(self.args, self.name)
-
-    hidden: tuple[str, ...] = ()
-    """Fields of the arguments class that mean nothing to this command (kept out of summary.json and wandb)."""
+    # What each command says for itself, in its subclass: validate(args) raises ConfigError for the first
+    # bad setting (nothing is loaded or written before), run_name(args) names the run's folder (args.run_name
+    # when given), title() heads its curves, default_task(args, tok) is the task when train() is given none.
+    validate = run_name = title = default_task = None
 
     def config(self) -> dict:
-        """The settings of this run that its command has, with the values used: summary.json's and wandb's config."""
-        return {k: v for k, v in asdict(self.args).items() if k not in self.hidden}
+        """The settings of this run, with the values used: summary.json's and wandb's config."""
+        return asdict(self.args)
 
     def held_out(self, after: dict | None) -> tuple | None:
         """(stat, name, before, after) for the curves, when the task names the batch stat its headline number matches."""
@@ -553,6 +346,8 @@ class Run:
         return summary
 
 
+
+
 def before_after(task: Task, before: dict, after: dict) -> str:
     """The headline's first number before and after training, on the held-out prompts (the curves' title says it)."""
     key, title, fmt = task.headline[0]
@@ -563,25 +358,21 @@ def headline(task: Task, result: dict) -> str:
     return "  ".join(f"{title} {result[key]:{fmt}}" for key, title, fmt in task.headline if key in result)
 
 
-def curve_panels(args: Args, task: Task) -> tuple[tuple[str, str], ...]:
+def curve_panels(args: LoopArgs, task: Task) -> tuple[tuple[str, str], ...]:
     """The task's panels, then the algorithm's, less those its settings make meaningless (a fixed β)."""
     spec = ALGORITHMS[args.algo]
     return tuple(p for p in task.panels + spec.panels if p[0] not in spec.hide(args))
-
-
-def curves_title(args: Args, name: str) -> str:
-    """The run, and the settings actually used (per algorithm: PPO's β₀ and target, DPO's β, GRPO's G and β, ...)."""
-    return f"{name}  ({args.algo}, impl={args.impl}, reward={args.reward}, {ALGORITHMS[args.algo].title(args)})"
 
 
 MAY_BE_NAN = ("env/reward_std",)
 """Logged stats that are legitimately NaN (the std of a one-sample batch); any other NaN or inf stops the run."""
 
 
-def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend=None, pretrain_args=None,
-          progress: bool | None = None, resume: dict | None = None, run_class: type[Run] | None = None) -> dict:
+
+def train(args: LoopArgs, *, run_class: type[Run], model=None, tok=None, task: Task | None = None, backend=None,
+          pretrain_args=None, progress: bool | None = None, resume: dict | None = None) -> dict:
     """Run the loop; returns the summary (before/after evaluation, wall times, paths; ``status``). See :class:`Run`
-    (``run_class``: a subclass with another command's checks, e.g. ``reason``'s).
+    (``run_class``: the command's subclass, e.g. ``rlhf``'s ``RlhfRun``; each command has its own ``train_*``).
 
     Ctrl-C (SIGINT) or SIGTERM: the iteration in progress finishes, then the checkpoint, metrics,
     samples and curves are written and ``status`` is ``interrupted`` (a second signal drops the
@@ -590,8 +381,8 @@ def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend
     """
     with StopSignals(message="stopping after this iteration (press Ctrl-C again to stop now)"
                      if os.environ.get("RANK", "0") == "0" else None) as stop:  # torchrun: rank 0 speaks
-        run = (run_class or Run)(args, model=model, tok=tok, task=task, backend=backend, pretrain_args=pretrain_args,
-                                 resume=resume)
+        run = run_class(args, model=model, tok=tok, task=task, backend=backend, pretrain_args=pretrain_args,
+                       resume=resume)
         show = (args.progress and not args.quiet) if progress is None else progress
         bar = Progress(args.iterations, initial=run.start, counter="iteration", prefix=f"{run.command} {args.algo}",
                        unit="it", enabled=bool(show and run.dp.is_main))
@@ -626,40 +417,15 @@ def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend
         return run.finish()
 
 
-# --- several seeds ------------------------------------------------------------------------------
-
-def seed_runs(args: Args, seeds: list[int]) -> tuple[list[Args], str | None]:
-    """One Args per seed (run names ``<name>-seed<S>`` when several), and the name of the seeds' folder (None for one)."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    if len(seeds) == 1:
-        return [dataclasses.replace(args, seed=seeds[0], run_name=run_name(dataclasses.replace(args, seed=seeds[0]), stamp))], None
-    runs = [dataclasses.replace(args, seed=s, run_name=f"{args.run_name}-seed{s}" if args.run_name else "") for s in seeds]
-    runs = [dataclasses.replace(r, run_name=run_name(r, stamp)) for r in runs]
-    prefix = "rlhf" if args.algo == "ppo" else f"rlhf-{args.algo}"
-    group = f"{args.run_name}-seeds" if args.run_name else \
-        f"{prefix}-{args.reward.replace('/', '_')}-kl{args.kl_coef:g}-seeds{'-'.join(map(str, seeds))}-{stamp}"
-    return runs, group
 
 
-def write_seed_summary(args: Args, group: str, summaries: list[dict], histories: dict[int, list[dict]], task: Task) -> Path:
-    """``<runs_dir>/<group>/``: curves.png (mean and min–max over the seeds) and summary.json."""
-    out = new_run_dir(args.runs_dir, group, args.overwrite)
-    spec = ALGORITHMS[args.algo]
-    save_seed_curves(histories, out / "curves.png", curves_title(args, group), curve_panels(args, task), x_label=spec.x_label)
-    keys = [k for k, _, _ in task.headline]
-    table = {when: {k: {"mean": float(np.mean([s[when][k] for s in summaries])),
-                        "std": float(np.std([s[when][k] for s in summaries])),
-                        "per_seed": [s[when][k] for s in summaries]} for k in keys}
-             for when in ("before", "after")}
-    (out / "summary.json").write_text(json.dumps({"seeds": sorted(histories), "runs": [s["run_dir"] for s in summaries],
-                                                  **table}, indent=2))
-    return out
-
-
-def prepare_runs(args: Args, seeds: list[int], argv: list[str], *, command: str = "rlhf", args_class: type = Args,
-                 check=validate, split_seeds=None) -> tuple[list[Args], str | None, dict | None]:
+def prepare_runs(args: LoopArgs, seeds: list[int], argv: list[str], *, command: str, args_class: type, check,
+                 split_seeds) -> tuple[list[LoopArgs], str | None, dict | None]:
     """(one Args per run, the seeds' folder or None, the checkpoint to resume or None), every setting checked
-    and no run folder in the way, before anything is loaded or written (``reason`` passes its own)."""
+    and no run folder in the way, before anything is loaded or written.
+
+    The command's: ``command``, ``args_class``, ``check`` (its validate) and ``split_seeds(args, seeds)`` ->
+    (one Args per seed with its run name, the seeds' folder or None)."""
     saved = None
     if args.resume:
         args, saved = resume_args(args, seeds, argv, command=command, args_class=args_class, check=check)
@@ -667,7 +433,7 @@ def prepare_runs(args: Args, seeds: list[int], argv: list[str], *, command: str 
     require(len(set(seeds)) == len(seeds), "--seeds", f"repeated seed in {seeds}")
     for seed in seeds:
         check(dataclasses.replace(args, seed=seed))
-    runs, group = ([args], None) if saved else (split_seeds or seed_runs)(args, seeds)
+    runs, group = ([args], None) if saved else split_seeds(args, seeds)
     if os.environ.get("RANK", "0") == "0" and not saved:  # under torchrun, rank 0 alone checks
         for run in runs:
             check_new_run_dir(run.runs_dir, run.run_name, run.overwrite)
@@ -676,7 +442,7 @@ def prepare_runs(args: Args, seeds: list[int], argv: list[str], *, command: str 
     return runs, group, saved
 
 
-def train_runs(runs: list[Args], saved: dict | None, train_one, *, command: str = "rlhf",
+def train_runs(runs: list[LoopArgs], saved: dict | None, train_one, *, command: str,
                stub_file: str) -> tuple[int | None, list[dict], dict[int, list[dict]]]:
     """Train each run with ``train_one(args, resume=)``: (exit status or None when all finished, summaries, histories).
 
@@ -705,54 +471,6 @@ def train_runs(runs: list[Args], saved: dict | None, train_one, *, command: str 
     return None, summaries, histories
 
 
-@command
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args, seeds = parse_command(argv)
-    runs, group, saved = prepare_runs(args, seeds, argv)
-    code, summaries, histories = train_runs(runs, saved, train, stub_file=f"exercises/{ALGORITHMS[args.algo].part}.py")
-    if code is not None:
-        return code
-    if not distributed.is_main():
-        return 0
-    task = ReviewTask  # the command's task: its headline and panels
-    if len(summaries) == 1:
-        print_summary(summaries[0], task)
-    else:
-        print_seeds(summaries, task)
-    if group:
-        out = write_seed_summary(args, group, summaries, histories, task)
-        print(f"wrote {out}/ (curves.png: mean and min–max over seeds {', '.join(map(str, seeds))}; summary.json)")
-    return 0
-
-
-def print_seeds(summaries: list[dict], task) -> None:
-    """One row per seed (before → after of each headline number), then the mean ± std over the seeds."""
-    width = 18
-    print(f"\n{'':<10}" + "".join(f"{title:>{width}}" for _, title, _ in task.headline))
-    for s in summaries:
-        print(f"{'seed ' + str(s['seed']):<10}" + "".join(
-            f"{format(s['before'][k], fmt) + ' → ' + format(s['after'][k], fmt):>{width}}" for k, _, fmt in task.headline))
-    cells = []
-    for k, _, fmt in task.headline:
-        after = np.array([s["after"][k] for s in summaries])
-        cells.append(f"{format(after.mean(), fmt)} ± {after.std():.2g}")
-    print(f"{'after':<10}" + "".join(f"{c:>{width}}" for c in cells) + "   (mean ± std over the seeds)")
-    for s in summaries:
-        print_written(s)
-
-
-def print_summary(summary: dict, task) -> None:
-    titles = [(key, title, fmt) for key, title, fmt in task.headline]
-    print(f"\n{'':<12}" + "".join(f"{title:>{max(8, len(title) + 2)}}" for _, title, _ in titles))
-    for when in ("before", "after"):
-        s = summary[when]
-        print(f"{when:<12}" + "".join(f"{format(s[key], fmt):>{max(8, len(title) + 2)}}" for key, title, fmt in titles))
-    print("\nsamples after training:")
-    for text, score in zip(summary["samples_after"], summary["scores_after"]):
-        print(f"  {score:+.2f}  {text}")
-    print()
-    print_written(summary)
 
 
 def print_written(summary: dict) -> None:
@@ -766,6 +484,3 @@ def print_written(summary: dict) -> None:
         print(sync)
     print(f"next: python -m workbook evaluate {run_dir}", flush=True)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,261 @@
+"""RLHF end to end: teach the pretrained review GPT to write positive reviews, with a KL leash.
+
+    python -m workbook rlhf --impl solutions          # the reference code
+    python -m workbook rlhf                           # your code from exercises/part3_rlhf.py (the default)
+    python -m workbook rlhf --impl solutions --kl-coef 0   # no leash: reward hacking / mode collapse
+    python -m workbook rlhf --impl solutions --reward model  # learned reward model instead of VADER
+    python -m workbook rlhf --impl solutions --algo grpo     # Part 5: grpo, rloo or dpo instead of PPO
+    python -m workbook rlhf --impl solutions --seeds 0 1 2   # one run per seed, and their mean ± spread
+    torchrun --standalone --nproc_per_node=2 -m workbook rlhf --impl solutions   # data-parallel (Part 6), any --algo
+
+The loop (``workbook/loop/run.py``: one iteration, the seams task × backend × algorithm, what a
+run writes, Ctrl-C, NaN and ``--resume``) on the review task (``task.py``: review openers of
+``--prompts``, scored by ``--reward``), the review GPT or ``--model``, and ``--algo`` ppo, grpo,
+rloo or dpo. This module holds the command: its options (:class:`Args`: the loop's and the
+review task's), their checks, run names, ``main`` and its printed summary.
+
+Writes, under ``<runs-dir>/<run name>/``: ``metrics.jsonl``, ``samples.jsonl``, ``curves.png``,
+``summary.json`` and ``policy.pt`` (loadable with ``workbook.lm.load_checkpoint``; with
+``--model``, a ``policy/`` folder that ``--model`` loads back). With several ``--seeds``, also
+``<runs-dir>/<name>-seeds/`` (``curves.png``: mean and min–max over the seeds; ``summary.json``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from workbook import distributed
+from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require, require_at_least,
+                          require_choices, require_divides, require_in, require_positive)
+from workbook.loop.algorithms import ALGORITHMS, algo_defaults_help, apply_algo_defaults, given_options
+from workbook.loop.backend import make_backend
+from workbook.loop.curves import save_seed_curves
+from workbook.loop.options import LoopArgs
+from workbook.loop.run import Run, curve_panels, prepare_runs, print_written, train_runs
+from workbook.loop.run import train as train_loop
+from workbook.loop.task import ReviewTask, Task, apply_preset, check_review_options, review_task
+from workbook.runs import ConfigError, command, new_run_dir
+
+
+@dataclass
+class Args(LoopArgs):
+    """The loop's options (:class:`~workbook.loop.options.LoopArgs`) and the review task's."""
+
+    reward: str = "vader"
+    """vader (the sentiment scorer itself), model (the learned reward model, trained and cached if missing), or a Hugging Face sentiment classifier (owner/name on the hub, or a folder; needs the hf extra)."""
+    eos_trick: bool = False
+    """Score a response that never emitted EOS (cut off at --max-new-tokens) --missing-eos-score instead (TRL's missing_eos_penalty)."""
+    missing_eos_score: float = -1.0
+    """The fixed score of an unfinished response under --eos-trick."""
+    dpo_beta: float = 0.1
+    """dpo: β of the implicit reward β·log(π/π_ref)."""
+
+
+def algo_args(algo: str, **overrides) -> Args:
+    """``Args`` for ``algo`` with its defaults, then ``overrides``."""
+    return Args(**({"algo": algo} | ALGORITHMS[algo].defaults | overrides))
+
+
+
+# --- options ------------------------------------------------------------------------------------
+
+def help_order() -> list[str]:
+    """The fields in --help's order: the review task's options next to the loop's they go with, DPO's last."""
+    names = [f.name for f in dataclasses.fields(LoopArgs)]
+    for name, after in (("reward", "seed"), ("eos_trick", "device"), ("missing_eos_score", "eos_trick")):
+        names.insert(names.index(after) + 1, name)
+    return names + ["dpo_beta"]
+
+
+def parse_command(argv: list[str] | None) -> tuple[Args, list[int]]:
+    """(the options, the seeds): algorithm defaults and the ``--prompts imdb`` preset for every option not given."""
+    parser = make_parser("python -m workbook rlhf", __doc__.split("\n\n")[0], epilog=algo_defaults_help())
+    add_seeds_option(parser, [Args.seed], "one run per seed, e.g. --seeds 0 1 2")
+    # quiet is for scripts (the benchmarks); the command line says --no-progress, as every command does.
+    add_dataclass_arguments(parser, Args, skip=("seed", "quiet", "progress"), order=help_order())
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar on a terminal, no progress line every 30 s elsewhere")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="set any option by its field name, e.g. --set kl_coef=0.1 (repeatable; same as --kl-coef 0.1)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--seed" in argv or any(a.startswith("--seed=") for a in argv):
+        raise ConfigError("--seed", "unknown option; use --seeds S [S ...] (one run per seed)")
+    if "--run-dir" in argv or any(a.startswith("--run-dir=") for a in argv):
+        raise ConfigError("--run-dir", "unknown option; use --runs-dir DIR")
+    namespace = parser.parse_args(argv)
+    seeds = list(namespace.seeds)
+    overrides = parse_overrides(namespace.set, Args)
+    if "seed" in overrides:
+        raise ConfigError("--set", "seed is set with --seeds S [S ...]")
+    args = dataclass_from_args(Args, namespace, seed=seeds[0], **overrides)
+    given = given_options(argv) | set(overrides)
+    return apply_preset(apply_algo_defaults(args, given), given), seeds
+
+
+def parse_args(argv: list[str] | None) -> Args:
+    """The options of ``argv`` for its first seed."""
+    return parse_command(argv)[0]
+
+
+def validate(args: Args) -> None:
+    """Raise ConfigError for the first bad setting (before anything is loaded or written)."""
+    for name in ("iterations", "batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "eval_samples",
+                 "sample_every", "threads"):
+        require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 1)
+    require_at_least("--checkpoint-every", args.checkpoint_every, 0)
+    for name in ("learning_rate", "kl_target", "kl_horizon", "temperature", "cliprange", "cliprange_value"):
+        require_positive(f"--{name.replace('_', '-')}", getattr(args, name))
+    for name in ("kl_coef", "ent_coef", "vf_coef", "time_budget_s"):
+        require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 0)
+    require_at_least("--seeds", args.seed, 0)
+    require_divides("--mini-batch-size", args.mini_batch_size, "--batch-size", args.batch_size)
+    require_in("--gamma", args.gamma, 0, 1, open_low=True)
+    require_in("--lam", args.lam, 0, 1)
+    require_choices(args)
+    require_positive("--dpo-beta", args.dpo_beta)
+    ALGORITHMS[args.algo].check(args)
+    require(args.device == "cpu" or (args.device.split(":")[0] == "cuda" and torch.cuda.is_available()), "--device",
+            f"{args.device!r}: expected cpu, or cuda (cuda:N) on a machine with a CUDA GPU")
+    check_review_options(args)
+    make_backend(args).check(args)
+
+
+def run_name(args: Args, stamp: str | None = None) -> str:
+    prefix = "rlhf" if args.algo == "ppo" else f"rlhf-{args.algo}"
+    reward = args.reward.replace("/", "_")
+    return args.run_name or f"{prefix}-{reward}-kl{args.kl_coef:g}-s{args.seed}-{stamp or time.strftime('%Y%m%d-%H%M%S')}"
+
+
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+def curves_title(args: Args, name: str) -> str:
+    """The run, and the settings actually used (per algorithm: PPO's β₀ and target, DPO's β, GRPO's G and β, ...)."""
+    return f"{name}  ({args.algo}, impl={args.impl}, reward={args.reward}, {ALGORITHMS[args.algo].title(args)})"
+
+
+class RlhfRun(Run):
+    """The loop's :class:`~workbook.loop.run.Run` on the review task, with this command's checks and names."""
+
+    command = "rlhf"
+
+    def validate(self, args: Args) -> None:
+        validate(args)
+
+    def run_name(self, args: Args) -> str:
+        return run_name(args)
+
+    def title(self) -> str:
+        return curves_title(self.args, self.name)
+
+    def default_task(self, args: Args, tok) -> Task:
+        return review_task(args, tok)  # the review openers of --prompts, scored by --reward
+
+
+def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend=None, pretrain_args=None,
+          progress: bool | None = None, resume: dict | None = None) -> dict:
+    """One run of the rlhf command: the loop's :func:`~workbook.loop.run.train` with :class:`RlhfRun`.
+
+    ``model``/``tok``: start from these instead of the backend's; ``task``: default the review
+    task of ``--prompts``/``--reward``; ``backend``/``pretrain_args``: how the model is loaded;
+    ``resume``: a checkpoint to continue. Returns the summary (``status``: finished, interrupted, non-finite)."""
+    return train_loop(args, run_class=RlhfRun, model=model, tok=tok, task=task, backend=backend,
+                      pretrain_args=pretrain_args, progress=progress, resume=resume)
+
+
+# --- several seeds ------------------------------------------------------------------------------
+
+def seed_runs(args: Args, seeds: list[int]) -> tuple[list[Args], str | None]:
+    """One Args per seed (run names ``<name>-seed<S>`` when several), and the name of the seeds' folder (None for one)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    if len(seeds) == 1:
+        return [dataclasses.replace(args, seed=seeds[0], run_name=run_name(dataclasses.replace(args, seed=seeds[0]), stamp))], None
+    runs = [dataclasses.replace(args, seed=s, run_name=f"{args.run_name}-seed{s}" if args.run_name else "") for s in seeds]
+    runs = [dataclasses.replace(r, run_name=run_name(r, stamp)) for r in runs]
+    prefix = "rlhf" if args.algo == "ppo" else f"rlhf-{args.algo}"
+    group = f"{args.run_name}-seeds" if args.run_name else \
+        f"{prefix}-{args.reward.replace('/', '_')}-kl{args.kl_coef:g}-seeds{'-'.join(map(str, seeds))}-{stamp}"
+    return runs, group
+
+
+def write_seed_summary(args: Args, group: str, summaries: list[dict], histories: dict[int, list[dict]], task: Task) -> Path:
+    """``<runs_dir>/<group>/``: curves.png (mean and min–max over the seeds) and summary.json."""
+    out = new_run_dir(args.runs_dir, group, args.overwrite)
+    spec = ALGORITHMS[args.algo]
+    save_seed_curves(histories, out / "curves.png", curves_title(args, group), curve_panels(args, task), x_label=spec.x_label)
+    keys = [k for k, _, _ in task.headline]
+    table = {when: {k: {"mean": float(np.mean([s[when][k] for s in summaries])),
+                        "std": float(np.std([s[when][k] for s in summaries])),
+                        "per_seed": [s[when][k] for s in summaries]} for k in keys}
+             for when in ("before", "after")}
+    (out / "summary.json").write_text(json.dumps({"seeds": sorted(histories), "runs": [s["run_dir"] for s in summaries],
+                                                  **table}, indent=2))
+    return out
+
+
+
+@command
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, seeds = parse_command(argv)
+    runs, group, saved = prepare_runs(args, seeds, argv, command="rlhf", args_class=Args, check=validate,
+                                      split_seeds=seed_runs)
+    code, summaries, histories = train_runs(runs, saved, train, command="rlhf", stub_file=f"exercises/{ALGORITHMS[args.algo].part}.py")
+    if code is not None:
+        return code
+    if not distributed.is_main():
+        return 0
+    task = ReviewTask  # the command's task: its headline and panels
+    if len(summaries) == 1:
+        print_summary(summaries[0], task)
+    else:
+        print_seeds(summaries, task)
+    if group:
+        out = write_seed_summary(args, group, summaries, histories, task)
+        print(f"wrote {out}/ (curves.png: mean and min–max over seeds {', '.join(map(str, seeds))}; summary.json)")
+    return 0
+
+
+
+def print_seeds(summaries: list[dict], task) -> None:
+    """One row per seed (before → after of each headline number), then the mean ± std over the seeds."""
+    width = 18
+    print(f"\n{'':<10}" + "".join(f"{title:>{width}}" for _, title, _ in task.headline))
+    for s in summaries:
+        print(f"{'seed ' + str(s['seed']):<10}" + "".join(
+            f"{format(s['before'][k], fmt) + ' → ' + format(s['after'][k], fmt):>{width}}" for k, _, fmt in task.headline))
+    cells = []
+    for k, _, fmt in task.headline:
+        after = np.array([s["after"][k] for s in summaries])
+        cells.append(f"{format(after.mean(), fmt)} ± {after.std():.2g}")
+    print(f"{'after':<10}" + "".join(f"{c:>{width}}" for c in cells) + "   (mean ± std over the seeds)")
+    for s in summaries:
+        print_written(s)
+
+
+def print_summary(summary: dict, task) -> None:
+    titles = [(key, title, fmt) for key, title, fmt in task.headline]
+    print(f"\n{'':<12}" + "".join(f"{title:>{max(8, len(title) + 2)}}" for _, title, _ in titles))
+    for when in ("before", "after"):
+        s = summary[when]
+        print(f"{when:<12}" + "".join(f"{format(s[key], fmt):>{max(8, len(title) + 2)}}" for key, title, fmt in titles))
+    print("\nsamples after training:")
+    for text, score in zip(summary["samples_after"], summary["scores_after"]):
+        print(f"  {score:+.2f}  {text}")
+    print()
+    print_written(summary)
+
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())
