@@ -1,7 +1,7 @@
 """Check the README's headline figures on your machine: each claim, what it measured, holds or not.
 
     python benchmarks/check_figures.py            # the quick claims (about 6 minutes on 2 cores)
-    python benchmarks/check_figures.py --slow     # every claim (about 25 minutes more; Atari adds 15 per seed)
+    python benchmarks/check_figures.py --slow     # every claim (about 35 minutes in all, Atari 16 of them)
     python benchmarks/check_figures.py --only reason-dapo-seed0 base-addition
     make check-figures                            # the same as the first line (SLOW=1 for the second)
 
