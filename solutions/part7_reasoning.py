@@ -128,8 +128,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     when c is small); the combinatorial form is exactly unbiased for the n samples you have.
 
     Traps:
-    - Factorials or binomials in floating point overflow for n in the hundreds
-      (``float(math.factorial(171))`` raises); the product never leaves [0, 1].
+    - Factorials in floating point overflow for n in the hundreds (``float(math.factorial(171))``
+      raises), binomials for n in the thousands (``float(math.comb(1100, 550))`` raises); the
+      product never leaves [0, 1].
     - c = n, k = n and n − c < k are edges, not special cases to forget: pass@k is 1 there
       (for c > 0), and pass@k is 0 when c = 0.
     """

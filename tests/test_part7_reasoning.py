@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from fractions import Fraction
 
 import pytest
@@ -183,9 +184,12 @@ def call_pass(impl, n, c, k):
     try:
         return impl.pass_at_k(n, c, k)
     except (OverflowError, ZeroDivisionError) as e:
-        raise WrongAnswer(explain(f"pass_at_k({n}, {c}, {k})", f"raised {type(e).__name__}: {e}",
-                                  diagnose("pass_at_k", None, n, c, k) + [mistake("pass_at_k", "float_factorials")]
-                                  if isinstance(e, OverflowError) else [])) from None
+        labels = []
+        if isinstance(e, OverflowError):  # which floats overflow here: factorials from 171!, binomials beyond ~1.8e308
+            labels = [mistake("pass_at_k", name) for name, big in (("float_factorials", math.factorial(n)),
+                                                                    ("float_binomials", math.comb(n, k)))
+                      if big > sys.float_info.max]
+        raise WrongAnswer(explain(f"pass_at_k({n}, {c}, {k})", f"raised {type(e).__name__}: {e}", labels)) from None
 
 
 def exact_pass_at_k(n: int, c: int, k: int) -> float:
@@ -218,7 +222,7 @@ def test_pass_at_k_is_the_chance_that_a_random_k_subset_holds_a_correct_sample(i
 
 @pytest.mark.exercise("pass_at_k")
 @pytest.mark.parametrize("n,c,k", [(200, 3, 16), (500, 1, 1), (500, 17, 64), (400, 200, 100), (300, 0, 50),
-                                   (1000, 999, 2), (256, 5, 256)])
+                                   (1000, 999, 2), (256, 5, 256), (2000, 10, 1000), (1100, 550, 550)])
 def test_pass_at_k_is_stable_for_hundreds_of_samples(impl, n, c, k):
     got = call_pass(impl, n, c, k)
     exact = exact_pass_at_k(n, c, k)
@@ -376,6 +380,19 @@ def test_completion_mask_with_an_eos_in_the_middle(impl, ref, eos_id, mask_trunc
         raise WrongAnswer(explain(describe_call("completion_mask", responses, eos_id, mask_truncated),
                                   f"expected truncated [True, False, False, True] and mask {expected.tolist()}; "
                                   f"got {truncated.tolist()} and {mask.tolist()}"))
+
+
+@pytest.mark.exercise("completion_mask")
+@pytest.mark.parametrize("mask_truncated", [True, False])
+def test_completion_mask_is_as_wide_as_the_longest_response_even_a_truncated_one(impl, ref, mask_truncated):
+    # "resp is the longest response's length": here the longest is truncated, so with mask_truncated its row is all
+    # zeros, but the mask keeps its width (the caller pads the responses to that width and multiplies them with it).
+    responses = [torch.tensor([5, 2]), torch.tensor([4, 4, 4, 4, 4]), torch.tensor([2])]
+    mask, truncated = check_call(impl, ref, "completion_mask", responses, 2, mask_truncated)
+    if tuple(mask.shape) != (3, 5):
+        raise WrongAnswer(explain(describe_call("completion_mask", responses, 2, mask_truncated),
+                                  f"expected a mask of shape (3, 5) (the longest response has 5 tokens), got {tuple(mask.shape)}",
+                                  diagnose("completion_mask", (mask, truncated), responses, 2, mask_truncated)))
 
 
 @pytest.mark.exercise("completion_mask")

@@ -219,6 +219,23 @@ def test_each_output_trains_the_trunk_and_its_own_head_only(impl):
                 labels = [mistake("NatureCNN", "value_detached_in_logits_and_value" if output.endswith("[1]")
                                   else "policy_detached_in_logits_and_value")]
             raise WrongAnswer(explain(f"NatureCNN(4, 4): {output}.sum().backward()", said, labels))
+    # The docstring: "Gradients as in the two separate calls". Which parts get gradient is not enough: a
+    # logits_and_value that scales one path's gradient into the trunk (0.5·f + 0.5·f.detach()) changes no output
+    # and no gradient's presence, but every step of the shared trunk (mistake value_gradient_scaled_in_logits_and_value).
+    named = [(name, p) for name, params in parts.items() for p in params]
+    for output, separate in (("network.logits_and_value(obs)[0]", "network(obs)"),
+                             ("network.logits_and_value(obs)[1]", "network.value(obs)")):
+        seen = []
+        for call in (output, separate):
+            net.zero_grad(set_to_none=True)
+            outputs[call]().sum().backward()
+            seen.append([None if p.grad is None else p.grad.clone() for _, p in named])
+        for (name, _), together, alone in zip(named, *seen):
+            if (together is None) != (alone is None) or (alone is not None and not torch.allclose(together, alone, rtol=1e-4, atol=1e-7)):
+                labels = [mistake("NatureCNN", "value_gradient_scaled_in_logits_and_value")] if output.endswith("[1]") else []
+                raise WrongAnswer(explain(f"NatureCNN(4, 4): {output}.sum().backward() and {separate}.sum().backward()",
+                                          f"the {name} gets a different gradient from each (the docstring: gradients as in "
+                                          "the two separate calls)", labels))
 
 
 @pytest.mark.exercise("NatureCNN")

@@ -9,6 +9,7 @@ import math
 import re
 from functools import partial
 
+import numpy as np
 import torch
 
 from workbook.alternatives import alternative
@@ -169,3 +170,36 @@ def cispo_no_grad(logprobs, old_logprobs, advantages, mask, eps_low=1.0, eps_hig
             "policy/ratio": (ratio * m).sum() / count,
         }
     return _reduce(-(weight * advantages[:, None]) * logprobs, m, normalisation), stats
+
+
+@part7("pass_at_k", "product_without_the_early_return",
+       "the product in float64 numpy with no n − c < k branch: a factor 1 − k/k = 0 makes it 1 there by itself")
+def pass_numpy_product(n, c, k):
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+
+
+@part7("groups_with_signal", "differs_from_the_first",
+       "a group has a signal when any of its rewards differs from its first one (no max or min)")
+def signal_differs_from_first(rewards, group_size):
+    if group_size < 2 or rewards.shape[0] % group_size:
+        raise ValueError(f"need group_size >= 2 dividing the batch, got {group_size} for {rewards.shape[0]} rewards")
+    grouped = rewards.detach().reshape(-1, group_size)
+    return (grouped != grouped[:, :1]).any(dim=1)
+
+
+@part7("gspo_loss", "all_masked_batch_handled_first",
+       "a batch without a real token answered first (0·Σ logprobs, constant 0 stats), the rest as GSPO's formula")
+def gspo_empty_first(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_high=4e-4):
+    m = mask.to(logprobs.dtype)
+    if m.sum() == 0:
+        zero = torch.tensor(0.0)
+        return 0.0 * (logprobs * m).sum(), {"policy/clipfrac_low": zero, "policy/clipfrac_high": zero, "policy/ratio": zero}
+    rows = m.sum(dim=1) > 0
+    s = torch.exp(((logprobs - old_logprobs) * m)[rows].sum(dim=1) / m[rows].sum(dim=1))
+    adv = advantages[rows]
+    loss = torch.maximum(-adv * s, -adv * s.clamp(1.0 - eps_low, 1.0 + eps_high)).mean()
+    s = s.detach()
+    return loss, {"policy/clipfrac_low": ((s < 1.0 - eps_low) & (adv < 0)).float().mean(),
+                  "policy/clipfrac_high": ((s > 1.0 + eps_high) & (adv > 0)).float().mean(), "policy/ratio": s.mean()}

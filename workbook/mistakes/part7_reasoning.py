@@ -153,6 +153,14 @@ def pass_float_factorials(n, c, k):
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
+@part7("pass_at_k", "float_binomials",
+       "exact binomials were converted to float before dividing, which overflows for n in the thousands "
+       "(float(math.comb(1100, 550)) raises)")
+def pass_float_binomials(n, c, k):
+    _check_pass(n, c, k)
+    return 1.0 - float(math.comb(n - c, k)) / float(math.comb(n, k))
+
+
 @part7("pass_at_k", "product_off_by_one", "the product ran over i = n − c … n − 1 instead of n − c + 1 … n")
 def pass_off_by_one(n, c, k):
     _check_pass(n, c, k)
@@ -316,6 +324,15 @@ def mask_first_eos(responses, eos_id, mask_truncated=True):
         found = (r == eos_id).nonzero()
         if len(found):
             mask[b, int(found[0]) + 1:] = 0.0
+    return mask, truncated
+
+
+@part7("completion_mask", "width_of_the_longest_kept_response",
+       "with mask_truncated the mask was cut to the longest *finished* response, not the longest response")
+def mask_kept_width(responses, eos_id, mask_truncated=True):
+    mask, truncated = _p7.completion_mask(responses, eos_id, mask_truncated)
+    if mask_truncated:
+        mask = mask[:, :max((len(r) for r, t in zip(responses, truncated.tolist()) if not t), default=0)]
     return mask, truncated
 
 

@@ -89,6 +89,15 @@ class CNNDetachedPolicyPath(_ConfigurableCNN):
         return self.actor_head(features.detach()), self.critic_head(features)
 
 
+@part8("NatureCNN", "value_gradient_scaled_in_logits_and_value",
+       "logits_and_value halved the value's gradient into the trunk (critic head on 0.5·f + 0.5·f.detach()): the "
+       "same outputs, and the trunk still learns from both heads, but not with the gradients of the separate calls")
+class CNNScaledValuePath(_ConfigurableCNN):
+    def logits_and_value(self, obs):
+        features = self.features(obs)
+        return self.actor_head(features), self.critic_head(0.5 * features + 0.5 * features.detach())
+
+
 @part8("NatureCNN", "scaled_to_minus_one_one", "the pixels were scaled to [−1, 1] (obs / 127.5 − 1) instead of [0, 1]")
 class CNNSymmetricScale(_ConfigurableCNN):
     def features(self, obs):
