@@ -61,8 +61,8 @@ TRAIN = {
     "part8_atari": ("atari", {"total_timesteps": 20_000}),
 }
 NO_TRAIN = {
-    "part1_ppo_core": "Part 1 has nothing to train yet: Part 2 builds a CartPole agent from these functions "
-                      "(`notebooks/part2_cartpole.ipynb`), and its training cell runs them.",
+    "part1_ppo_core": "Part 2 builds a CartPole agent from these functions (`notebooks/part2_cartpole.ipynb`), and "
+                      "its training cell runs them.",
     "part6_data_parallel": "Training on several processes needs `torchrun`, which a notebook kernel cannot be: in a "
                            "terminal, `torchrun --standalone --nproc_per_node=2 -m workbook cartpole --impl exercises` "
                            "(docs/torchrun.md).",
@@ -192,6 +192,11 @@ def build(part: str) -> dict:
                                        "as from the command line; interrupting the kernel is Ctrl-C: the run is saved and "
                                        "the line that resumes it is printed.", "about-train"))
         cells.append(_cell("code", f'wb.train("{cmd}", {kwargs})', "train"))
+    elif part == "part1_ppo_core":
+        cells.append(_cell("markdown", "## See them at work\n\nYour `compute_advantages` on one episode for three values "
+                                       "of λ, and your `make_optimizer`'s learning-rate schedule, drawn here. Then train "
+                                       f"them: {NO_TRAIN[part]}", "about-train"))
+        cells.append(_cell("code", "wb.see_part1()", "train"))
     else:
         cells.append(_cell("markdown", f"## Next\n\n{NO_TRAIN[part]}", "next"))
     cells.append(_cell("markdown", f"Your grade counts this notebook's work: `python -m workbook grade --part {part}` "

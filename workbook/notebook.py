@@ -363,6 +363,52 @@ def train(command: str, *argv: str, **options) -> None:
     last_exit_code = code  # not returned: a notebook would print it under the curves
 
 
+def see_part1(impl: str = "exercises") -> None:
+    """Part 1's functions at work, drawn inline: what GAE's λ does to one episode, and the learning-rate schedule.
+
+    One episode of 20 steps whose only reward, 1, comes at the end, and a critic that guesses 0.5
+    everywhere: with λ = 0 each advantage is a one-step TD error (only the last step sees the reward),
+    with λ = 1 every step gets the discounted return minus 0.5. Then ``make_optimizer``'s schedule over
+    10 learning phases. Your code (``impl``), read from ``exercises/part1_ppo_core.py`` as it is now.
+    """
+    import torch
+
+    _forget_graded_modules()
+    module = importlib.import_module(f"{impl}.part1_ppo_core")
+    steps = 20
+    rewards = torch.zeros(steps, 1)
+    rewards[-1] = 1.0
+    values = torch.full((steps, 1), 0.5)
+    terminated = torch.zeros(steps, 1, dtype=torch.bool)
+    try:
+        curves = {lam: module.compute_advantages(torch.zeros(1), torch.ones(1, dtype=torch.bool), rewards, values,
+                                                 terminated, 0.99, lam)[:, 0].tolist() for lam in (0.0, 0.9, 1.0)}
+        net = torch.nn.Linear(1, 1)
+        optimizer, scheduler = module.make_optimizer(net, torch.nn.Linear(1, 1), 10, 2.5e-4, 0.0)
+        lrs = [optimizer.param_groups[0]["lr"]]
+        for _ in range(10):
+            scheduler.step()
+            lrs.append(optimizer.param_groups[0]["lr"])
+    except NotImplementedError as e:
+        where = e.__traceback__
+        while where.tb_next is not None:
+            where = where.tb_next
+        print(f"· not started: {where.tb_frame.f_code.co_name} is still a stub; write it (and run its check) first")
+        return
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11.5, 3.6))
+    for lam, adv in curves.items():
+        left.plot(range(steps), adv, marker=".", label=f"λ = {lam:g}")
+    left.set(title="compute_advantages: one episode, reward 1 at the end", xlabel="step", ylabel="advantage")
+    left.legend()
+    right.plot(range(11), lrs, marker=".")
+    right.set(title="make_optimizer's schedule: 2.5e-4 → 0 over 10 phases", xlabel="learning phases done",
+              ylabel="learning rate")
+    fig.tight_layout()
+    plt.show()
+
+
 def _pngs(runs: Path) -> dict[Path, float]:
     return {p: p.stat().st_mtime for p in runs.rglob("*.png")} if runs.is_dir() else {}
 
