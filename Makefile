@@ -28,9 +28,10 @@ setup: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest --impl=solutions
 
-# Every part's notebook executed headless, filled with the reference (make test runs one of them; CI runs both).
+# Every part's notebook executed headless, filled with the reference, and grade on notebook work (make test
+# runs Part 1's; CI runs both targets).
 test-notebooks: $(VENV)/.installed
-	$(PY) -m pytest --impl=solutions tests/test_notebooks.py --all-notebooks -k filled_notebook
+	$(PY) -m pytest --impl=solutions tests/test_notebooks.py --all-notebooks -k "filled_notebook or grade_counts"
 
 main: $(VENV)/.installed
 	$(PY) -m workbook main
