@@ -11,8 +11,8 @@ META_FIXTURE = "variant_results"
 
 def pytest_addoption(parser) -> None:
     parser.addoption("--all-notebooks", action="store_true",
-                     help="execute every part's notebook filled with the reference (make test-notebooks; CI runs it): "
-                          "about 2 minutes more, so `make test` runs one of them")
+                     help="execute the notebooks in real Jupyter kernels (make test-notebooks; CI runs it): "
+                          "about 2 minutes more, so `make test` leaves it out")
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
