@@ -131,9 +131,7 @@ CLAIMS = (
 def run_source(name: str, runs_dir: Path) -> dict:
     """Run one benchmark; its JSON last line."""
     argv = list(SOURCES[name].argv)
-    if name.startswith("dapo"):
-        argv += ["--runs-dir", str(runs_dir / name)]
-    if name == "atari":
+    if name.startswith("dapo") or name == "atari":  # the benchmarks that write run folders
         argv += ["--runs-dir", str(runs_dir / name)]
     print(f"running {' '.join(argv)}  (about {SOURCES[name].minutes:g} min)", flush=True)
     done = subprocess.run([PY, *argv], cwd=ROOT, capture_output=True, text=True, check=False)

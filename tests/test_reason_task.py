@@ -117,3 +117,16 @@ def test_group_advantages_with_signal_joins_parts_5_and_7():
     assert rows == ["a"] * 3 + ["b"] * 3
     assert keep.tolist() == [False] * 3 + [True] * 3
     torch.testing.assert_close(advantages, torch.tensor([0.0, 0.0, 0.0, -1 / 3, -1 / 3, 2 / 3]))
+
+
+def test_the_mistake_profile_tells_a_forgotten_carry_from_any_other_mistake():
+    from workbook.reason.task import mistake_profile, slipped_solutions
+
+    right = worked_solution("addition", 347, 285)  # carries into the tens and the hundreds
+    slips = slipped_solutions("addition", 347, 285)
+    assert len(slips) == 3 and right not in slips  # forget the first, the second, or both
+    assert "7+5=12,4+8=12,3+2=5<answer>522</answer>" in slips
+    texts = [right, "7+5=12,4+8=12,3+2=5<answer>522</answer>", "7+5=12,4+8+1=13,3+2+1=6<answer>633</answer>", ""]
+    profile = mistake_profile("addition", ["347+285:"] * 4, texts)
+    assert profile == {"right": 0.25, "slip": 0.25, "other": 0.5}
+    assert slipped_solutions("addition", 123, 456) == frozenset(), "no carry due, nothing to forget"

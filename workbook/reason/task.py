@@ -195,11 +195,12 @@ class _Forget:
         return 0.0 if forget else 1.0
 
 
-def slipped_solutions(task: str, a: int, b: int) -> set[str]:
+@cache  # a profile asks once per sample, many samples per problem
+def slipped_solutions(task: str, a: int, b: int) -> frozenset[str]:
     """Every worked solution of ``a`` op ``b`` that forgets at least one due carry (and is wrong or right by luck)."""
     right = worked_solution(task, a, b)
     columns = len(str(a))
-    return {worked_solution(task, a, b, 1.0, _Forget(bits)) for bits in range(1, 2 ** columns)} - {right}
+    return frozenset(worked_solution(task, a, b, 1.0, _Forget(bits)) for bits in range(1, 2 ** columns)) - {right}
 
 
 def mistake_profile(task: str, prompts: list[str], completions: list[str]) -> dict[str, float]:
