@@ -37,6 +37,8 @@ class Rollout:
     """The decoded responses alone (specials dropped)."""
     finished: list[bool]
     """Whether the response ended with EOS (False: cut off at max_new_tokens)."""
+    masks: list[Tensor] | None = None
+    """Per response, True where the policy wrote the token (a tool's tokens are False); None: every token is the policy's."""
 
 
 @torch.no_grad()
