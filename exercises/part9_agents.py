@@ -98,10 +98,6 @@ def parse_tool_call(turn: str) -> str | None:
 # --------------------------------------------------------------------------------------
 
 
-class _Error(Exception):
-    """A calculation that cannot be done; its message becomes the error string."""
-
-
 def calculate(expression: str) -> str:
     """Evaluate ``expression`` in the grammar below and return the value as text, or an error string.
 
@@ -139,47 +135,6 @@ def calculate(expression: str) -> str:
       would be computed in full before a final check — cheap here, but not for an unbounded tool).
     """
     raise NotImplementedError()
-
-
-def _bounded(value: int) -> int:
-    if abs(value) > MAX_VALUE:
-        raise _Error("too big")
-    return value
-
-
-def _expression(s: str, i: int, depth: int) -> tuple[int, int]:
-    value, i = _term(s, i, depth)
-    while i < len(s) and s[i] in "+-":
-        right, j = _term(s, i + 1, depth)
-        value = _bounded(value + right if s[i] == "+" else value - right)
-        i = j
-    return value, i
-
-
-def _term(s: str, i: int, depth: int) -> tuple[int, int]:
-    value, i = _factor(s, i, depth)
-    while i < len(s) and s[i] == "*":
-        right, i = _factor(s, i + 1, depth)
-        value = _bounded(value * right)
-    return value, i
-
-
-def _factor(s: str, i: int, depth: int) -> tuple[int, int]:
-    if i < len(s) and s[i] == "(":
-        if depth + 1 > MAX_DEPTH:
-            raise _Error("too deep")
-        value, i = _expression(s, i + 1, depth + 1)
-        if i >= len(s) or s[i] != ")":
-            raise _Error("syntax")
-        return value, i + 1
-    j = i
-    while j < len(s) and s[j] in "0123456789":
-        j += 1
-    if j == i:
-        raise _Error("syntax")
-    if j - i > MAX_DIGITS:
-        raise _Error("number too long")
-    return _bounded(int(s[i:j])), j
 
 
 # --------------------------------------------------------------------------------------

@@ -104,10 +104,6 @@ def parse_tool_call(turn: str) -> str | None:
 # --------------------------------------------------------------------------------------
 
 
-class _Error(Exception):
-    """A calculation that cannot be done; its message becomes the error string."""
-
-
 def calculate(expression: str) -> str:
     """Evaluate ``expression`` in the grammar below and return the value as text, or an error string.
 
@@ -150,54 +146,52 @@ def calculate(expression: str) -> str:
         return "error: empty"
     if any(ch not in "0123456789+-*()" for ch in expression):
         return "error: bad character"
+    s = expression
+
+    # A recursive-descent parser, one function per rule of the grammar; each takes the position
+    # to read from and returns (value, the position after what it read). A failure raises
+    # ValueError with the reason, caught once below.
+    def bounded(value: int) -> int:
+        if abs(value) > MAX_VALUE:
+            raise ValueError("too big")
+        return value
+
+    def expr(i: int, depth: int) -> tuple[int, int]:
+        value, i = term(i, depth)
+        while i < len(s) and s[i] in "+-":
+            right, j = term(i + 1, depth)
+            value, i = bounded(value + right if s[i] == "+" else value - right), j
+        return value, i
+
+    def term(i: int, depth: int) -> tuple[int, int]:
+        value, i = factor(i, depth)
+        while i < len(s) and s[i] == "*":
+            right, i = factor(i + 1, depth)
+            value = bounded(value * right)
+        return value, i
+
+    def factor(i: int, depth: int) -> tuple[int, int]:
+        if i < len(s) and s[i] == "(":
+            if depth == MAX_DEPTH:
+                raise ValueError("too deep")
+            value, i = expr(i + 1, depth + 1)
+            if i >= len(s) or s[i] != ")":
+                raise ValueError("syntax")
+            return value, i + 1
+        j = i
+        while j < len(s) and s[j] in "0123456789":
+            j += 1
+        if j == i:
+            raise ValueError("syntax")
+        if j - i > MAX_DIGITS:
+            raise ValueError("number too long")
+        return bounded(int(s[i:j])), j
+
     try:
-        value, end = _expression(expression, 0, 0)
-        if end != len(expression):
-            raise _Error("syntax")
-    except _Error as error:
+        value, end = expr(0, 0)
+    except ValueError as error:
         return f"error: {error}"
-    return str(value)
-
-
-def _bounded(value: int) -> int:
-    if abs(value) > MAX_VALUE:
-        raise _Error("too big")
-    return value
-
-
-def _expression(s: str, i: int, depth: int) -> tuple[int, int]:
-    value, i = _term(s, i, depth)
-    while i < len(s) and s[i] in "+-":
-        right, j = _term(s, i + 1, depth)
-        value = _bounded(value + right if s[i] == "+" else value - right)
-        i = j
-    return value, i
-
-
-def _term(s: str, i: int, depth: int) -> tuple[int, int]:
-    value, i = _factor(s, i, depth)
-    while i < len(s) and s[i] == "*":
-        right, i = _factor(s, i + 1, depth)
-        value = _bounded(value * right)
-    return value, i
-
-
-def _factor(s: str, i: int, depth: int) -> tuple[int, int]:
-    if i < len(s) and s[i] == "(":
-        if depth + 1 > MAX_DEPTH:
-            raise _Error("too deep")
-        value, i = _expression(s, i + 1, depth + 1)
-        if i >= len(s) or s[i] != ")":
-            raise _Error("syntax")
-        return value, i + 1
-    j = i
-    while j < len(s) and s[j] in "0123456789":
-        j += 1
-    if j == i:
-        raise _Error("syntax")
-    if j - i > MAX_DIGITS:
-        raise _Error("number too long")
-    return _bounded(int(s[i:j])), j
+    return str(value) if end == len(s) else "error: syntax"
 
 
 # --------------------------------------------------------------------------------------
