@@ -30,7 +30,8 @@ LOOP_FIELDS = ["impl", "algo", "seed", "model", "prompts", "device", "iterations
                "checkpoint_every", "resume", "threads", "quiet", "progress", "group_size", "grpo_scale",
                "loss_normalisation"]
 RLHF_ONLY = ["reward", "eos_trick", "missing_eos_score", "dpo_beta"]
-REASON_ONLY = ["task", "format_reward", "eval_k", "eps_high", "dynamic_sampling", "overlong_cache", "mask_truncated"]
+REASON_ONLY = ["task", "format_reward", "eval_k", "eps_high", "dynamic_sampling", "overlong_cache", "mask_truncated",
+               "tool", "max_calls", "mask_tool_tokens"]
 
 # What --help lists: every field but seed (--seeds), quiet and progress (--no-progress), and --set, --debug, --help.
 COMMON_OPTIONS = {"--" + f.replace("_", "-") for f in LOOP_FIELDS if f not in ("seed", "quiet", "progress")} | {

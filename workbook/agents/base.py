@@ -102,4 +102,4 @@ def episode_stats(batch) -> dict[str, float]:
     return {"calls": calls / episodes, "invalid_call_rate": sum(batch.invalid_calls) / calls if calls else 0.0,
             "turns": sum(sum(who == "model" for who, _ in ep) for ep in batch.episodes) / episodes,
             "truncated": 1 - sum(batch.finished) / episodes,
-            "length": sum(int(m.sum()) for m in batch.masks) / episodes}
+            "length": sum(int(m.sum()) for m in batch.by_model) / episodes}

@@ -44,8 +44,13 @@ STOP = "</calc>"
 
 @dataclass
 class AgentRollout(Rollout):
-    """A :class:`Rollout` of multi-turn episodes: ``masks[b]`` is True where the model wrote the token."""
+    """A :class:`Rollout` of multi-turn episodes: ``by_model[b]`` is True where the model wrote the token.
 
+    ``masks`` (what the trainers mask with) is ``by_model``, or None when the tool's tokens are
+    to be trained on as if the model had written them (the ablation of ``--no-mask-tool-tokens``).
+    """
+
+    by_model: list[Tensor] | None = None
     episodes: list[list[tuple[str, str]]] | None = None
     """Per episode, its turns in order: ("model", text) and ("tool", text)."""
     calls: list[int] | None = None
@@ -61,7 +66,8 @@ def _new_cache(lm, capacity: int):
 
 @torch.no_grad()
 def run_episodes(lm, tok, prompts: list[str], *, impl: ModuleType, max_new_tokens: int, temperature: float,
-                 generator: torch.Generator, tool: bool = True, max_calls: int = 4, chunk: int = 256) -> AgentRollout:
+                 generator: torch.Generator, tool: bool = True, max_calls: int = 4, chunk: int = 256,
+                 mask_tool_tokens: bool = True) -> AgentRollout:
     """One episode per prompt (see the module docstring); ``impl`` is the part9_agents module whose ``tool_reply`` runs."""
     device = next(lm.parameters()).device
     queries = [q.to(device) for q in encode_queries(prompts, tok)]
@@ -71,7 +77,7 @@ def run_episodes(lm, tok, prompts: list[str], *, impl: ModuleType, max_new_token
                   generator=generator, tool=tool, max_calls=max_calls)
     completions = ["".join(text for _, text in ep) for ep in out["episodes"]]
     return AgentRollout(prompts, queries, out["responses"], [p + c for p, c in zip(prompts, completions)], completions,
-                        out["finished"], masks=out["masks"], episodes=out["episodes"], calls=out["calls"],
+                        out["finished"], masks=out["masks"] if mask_tool_tokens else None, by_model=out["masks"], episodes=out["episodes"], calls=out["calls"],
                         invalid_calls=out["invalid"])
 
 

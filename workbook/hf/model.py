@@ -86,6 +86,14 @@ class HFTokenizer:
         return f"HFTokenizer({type(self.hf).__name__}, vocab_size={self.vocab_size}, pad={self.pad_id}, eos={self.eos_id})"
 
 
+class DecodeCache:
+    """The Hugging Face model's past keys and values, and the attention mask of every token they hold."""
+
+    def __init__(self):
+        self.past = None
+        self.mask: Tensor | None = None
+
+
 class CausalLM(nn.Module):
     """An ``AutoModelForCausalLM`` (``self.hf``) that looks like our GPT to Part 3."""
 
@@ -105,21 +113,36 @@ class CausalLM(nn.Module):
         attention_mask: Int[Tensor, "batch seq"] | Bool[Tensor, "batch seq"] | None = None,
         *,
         return_hidden: bool = False,
+        kv_cache: "DecodeCache | None" = None,
     ) -> Float[Tensor, "batch seq vocab"] | tuple[Float[Tensor, "batch seq vocab"], Float[Tensor, "batch seq d_model"]]:
         """Next-token logits at every position (and the final hidden state if ``return_hidden``).
 
         Padding may sit on either side: positions count real tokens only. Outputs at padded
-        positions are finite but meaningless.
+        positions are finite but meaningless. With ``kv_cache`` (:meth:`new_kv_cache`), only the
+        new tokens are given and the model's own past keys and values are kept, as the GPT's
+        ``kv_cache`` does (Part 9's multi-turn rollout feeds it one token a step).
         """
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         mask = attention_mask.long()
+        if kv_cache is not None:
+            full = mask if kv_cache.mask is None else torch.cat([kv_cache.mask, mask], dim=1)
+            positions = (full.cumsum(dim=1) - 1).clamp(min=0)[:, -mask.shape[1]:]
+            out = self.hf(input_ids=input_ids, attention_mask=full, position_ids=positions,
+                          past_key_values=kv_cache.past, use_cache=True)
+            kv_cache.past, kv_cache.mask = out.past_key_values, full
+            return self._never_pad(out.logits)
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
         out = self.hf(input_ids=input_ids, attention_mask=mask, position_ids=positions,
                       output_hidden_states=return_hidden, use_cache=False)
         logits = self._never_pad(out.logits)
         # hidden_states[-1] is the final (normed) hidden state, the one the LM head reads.
         return (logits, out.hidden_states[-1]) if return_hidden else logits
+
+    @staticmethod
+    def new_kv_cache() -> "DecodeCache":
+        """An empty cache for incremental decoding with :meth:`forward`."""
+        return DecodeCache()
 
     def _never_pad(self, logits: Tensor) -> Tensor:
         return logits.index_fill(-1, torch.tensor([self.pad_id], device=logits.device), NEVER)

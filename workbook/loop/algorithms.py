@@ -74,6 +74,15 @@ class Algorithm:
     """args → None, or ConfigError for a setting this algorithm cannot run with (before anything loads)."""
 
 
+def model_tokens(batch: Rollout) -> dict:
+    """``{"response_masks": …}`` when a tool wrote some of the responses' tokens (Part 9), else nothing.
+
+    Only then is the argument passed, so a single-turn task calls every trainer exactly as before
+    Part 9 widened their ``step`` (and a learner's older ``step`` still runs it).
+    """
+    return {} if batch.masks is None else {"response_masks": batch.masks}
+
+
 # --- PPO (Part 3) -------------------------------------------------------------------------------
 
 def ppo_config(part3: ModuleType, args):
@@ -102,7 +111,7 @@ class PPO:
         return self.task.batch(self.args.batch_size, self.seed, it)
 
     def step(self, batch: Rollout, scores: Tensor, it: int) -> dict[str, float]:
-        return self.trainer.step(batch.queries, batch.responses, scores)
+        return self.trainer.step(batch.queries, batch.responses, scores, **model_tokens(batch))
 
     def summary(self) -> dict:
         return {}
@@ -135,7 +144,7 @@ class Group:
         return [distinct[i] for i in index.tolist()]
 
     def step(self, batch: Rollout, scores: Tensor, it: int) -> dict[str, float]:
-        return self.trainer.step(batch.queries, batch.responses, scores)
+        return self.trainer.step(batch.queries, batch.responses, scores, **model_tokens(batch))
 
     def summary(self) -> dict:
         return {}

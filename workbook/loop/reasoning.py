@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 import sys
 import time
 from dataclasses import dataclass
@@ -60,6 +59,7 @@ from workbook.loop.curves import save_seed_curves
 from workbook.loop.options import LoopArgs
 from workbook.loop.run import Run, curve_panels, prepare_runs, print_written, train, train_runs
 from workbook.loop.task import Prompt
+from workbook.loop.verifiable import INSTRUCTION, CalculatorTask, ReasoningTask, extract_answer  # noqa: F401 (the tasks of this command)
 from workbook.rlhf.data import Rollout
 from workbook.runs import ConfigError, command, new_run_dir
 
@@ -93,7 +93,6 @@ HF_PRESET = {
     "batch_size": 64, "group_size": 8, "mini_batch_size": 16, "learning_rate": 1e-6, "max_new_tokens": 256,
     "iterations": 200, "eval_samples": 100, "eval_k": 8, "sample_every": 5,
 }
-INSTRUCTION = "\nSolve it step by step, briefly, then give only the final number as <answer>N</answer>.\n"
 
 
 @dataclass
@@ -134,8 +133,8 @@ class ReasonArgs(LoopArgs):
     """Entropy bonus weight."""
     loss_normalisation: Literal["sequence", "token", "constant"] = "token"
     """sequence (1/|o| per completion), token (DAPO) or constant (Dr. GRPO, divides by --max-new-tokens)."""
-    task: Literal["addition", "multiplication"] = "addition"
-    """addition (slips the base model can be taught out of) or multiplication (the base model's competence is the limit)."""
+    task: Literal["addition", "multiplication", "calculator"] = "addition"
+    """addition (slips the base model can be taught out of), multiplication (the base model's competence is the limit) or calculator (Part 9: a*b*c with a calculator tool, over several turns)."""
     prompts: str = ""
     """With --model: a file of problems, one 'question<TAB>answer' a line (the last --eval-samples lines held out)."""
     format_reward: float = 0.1
@@ -160,25 +159,41 @@ class ReasonArgs(LoopArgs):
     """Log sample completions every this many iterations."""
     run_name: str = ""
     """Default: reason-<task>-<algo>-s<seed>-<time> (several --seeds: <run name>-seed<S> each); an existing run is refused unless --overwrite."""
+    tool: bool = True
+    """--task calculator: the environment runs the calculator; --no-tool: nothing answers a call, the model writes its own results."""
+    max_calls: int = 4
+    """--task calculator: the turn budget, tool calls per episode (a call past it ends the episode, unanswered)."""
+    mask_tool_tokens: bool = True
+    """--task calculator: keep the tool's tokens out of the loss, the KL and the stats; --no-mask-tool-tokens trains on them as if the model had written them (the ablation of docs/agents.md)."""
 
 
 HIDDEN = ("seed",)
 """Fields that are no option nor --set field (seed is --seeds)."""
 
 
+# Per task, the defaults that differ (after the algorithm's, before the command line's): an episode
+# of the calculator task holds the tool's tokens too (the longest right one is 97 tokens + EOS).
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {"calculator": {"max_new_tokens": 112}}
+
+
 def reason_args(algo: str = DEFAULT_ALGO, **overrides) -> ReasonArgs:
-    """``ReasonArgs`` for ``algo`` with its defaults, then ``overrides``."""
-    return ReasonArgs(**({"algo": algo} | REASON_DEFAULTS[algo] | overrides))
+    """``ReasonArgs`` for ``algo`` with its defaults (and the task's, :data:`TASK_DEFAULTS`), then ``overrides``."""
+    task = TASK_DEFAULTS.get(overrides.get("task", "addition"), {})
+    return ReasonArgs(**({"algo": algo} | REASON_DEFAULTS[algo] | task | overrides))
+
+
+def pool_size(task: str) -> int:
+    """How many held-out problems ``task`` has."""
+    if task == "calculator":
+        from workbook.agents.task import eval_pool_size
+
+        return eval_pool_size()
+    from workbook.reason.task import eval_pool_size
+
+    return eval_pool_size(task)
 
 
 # --- the task -----------------------------------------------------------------------------------
-
-def extract_answer(completion: str) -> str | None:
-    """What the completion answered (between its first ``<answer>`` and the next ``</answer>``), for display."""
-    start = completion.find("<answer>")
-    end = completion.find("</answer>", start + 8) if start >= 0 else -1
-    return completion[start + 8:end] if end >= 0 else None
-
 
 def read_problem_file(path: str) -> list[tuple[str, str]]:
     """(question, answer) per line of a ``question<TAB>answer`` file; ConfigError naming the first bad line."""
@@ -198,79 +213,6 @@ def read_problem_file(path: str) -> list[tuple[str, str]]:
     return out
 
 
-class ReasoningTask:
-    """Solve arithmetic problems; a program checks the answer (Part 7). See the loop's ``task.py``.
-
-    ``task``: "addition" or "multiplication" (``workbook/reason``), or ``problems``: a list of
-    (question, answer) pairs from a file (the last ``heldout`` of them for evaluation; each
-    question followed by :data:`INSTRUCTION`). ``group_size``: the samples per problem of the
-    algorithm (1 for PPO), for the share of groups with a signal.
-    """
-
-    # No reward panel: the reward is pass@1 plus the small format bonus, the same curve again.
-    panels = (("env/accuracy", "pass@1 of the batch (share right)"),
-              ("env/groups_with_signal", "share of groups with a reward spread"))
-    held_out_panel = ("env/accuracy", "pass@1")
-    """The batch stat that the held-out headline number matches: the curves mark it before and after training."""
-
-    def __init__(self, impl: str, task: str = "addition", *, group_size: int = 1, format_reward: float = 0.1,
-                 eval_k: int = 16, problems: list[tuple[str, str]] | None = None, heldout: int = 0):
-        self.part7 = rlvr.load_part7(impl)
-        self.name, self.group_size, self.format_reward, self.eval_k = task, group_size, format_reward, eval_k
-        self.headline = (("pass@1", "pass@1", ".3f"), (f"pass@{eval_k}", f"pass@{eval_k}", ".3f"),
-                         ("format_valid", "well-formed", ".3f"), ("length", "length", ".1f"))
-        self.train_pool = self.eval_pool = None
-        if problems is not None:
-            self.name = "file"
-            pairs = [Prompt(q + INSTRUCTION, a) for q, a in problems]
-            self.train_pool, self.eval_pool = pairs[:len(pairs) - heldout], pairs[len(pairs) - heldout:]
-
-    def batch(self, n: int, seed: int, iteration: int) -> list[Prompt]:
-        stream = 1_000_003 * seed + iteration  # fresh problems every (seed, iteration); every rank its own seed
-        if self.train_pool is not None:
-            rng = random.Random(f"file/{stream}")
-            return [self.train_pool[rng.randrange(len(self.train_pool))] for _ in range(n)]
-        from workbook.reason import make_problems
-
-        return [Prompt(p.prompt, p.answer) for p in make_problems(self.name, "train", n, stream)]
-
-    def eval_prompts(self, n: int) -> list[Prompt]:
-        if self.eval_pool is not None:
-            return self.eval_pool[:n]
-        from workbook.reason import make_problems
-
-        return [Prompt(p.prompt, p.answer) for p in make_problems(self.name, "eval", n, seed=0)]
-
-    def score(self, prompts: list[Prompt], rollout: Rollout) -> Tensor:
-        return self.part7.answer_reward(rollout.completions, [p.answer for p in prompts], self.format_reward)
-
-    def batch_stats(self, rollout: Rollout, scores: Tensor) -> dict[str, float]:
-        stats = {"env/accuracy": (scores == 1.0).float().mean().item(), "env/format_valid": (scores > 0).float().mean().item()}
-        if self.group_size > 1:
-            stats["env/groups_with_signal"] = self.part7.groups_with_signal(scores.float().cpu(), self.group_size).float().mean().item()
-        return stats
-
-    def evaluate(self, policy: nn.Module, reference: nn.Module, tok: Any, prompts: list[Prompt], *,
-                 temperature: float, max_new_tokens: int, seed: int) -> dict:
-        """pass@1 and pass@k (k = ``eval_k`` samples per problem), well-formed share, mean length, truncated share."""
-        from workbook.reason import Problem, sample_pass_at_k
-
-        problems = [Problem(p.text, p.answer) for p in prompts]
-        table = sample_pass_at_k(policy.lm, tok, problems, self.part7, n=self.eval_k, ks=(1, self.eval_k),
-                                 temperature=temperature, seed=seed, max_new_tokens=max_new_tokens)
-        from workbook.reason import sample_completions
-
-        texts, _, _ = sample_completions(policy.lm, tok, [p.text for p in prompts[:8]], temperature=temperature,
-                                         seed=seed, max_new_tokens=max_new_tokens)
-        scores = self.part7.answer_reward(texts, [p.answer for p in prompts[:8]], self.format_reward).tolist()
-        return {"pass@1": table["pass@k"][1], f"pass@{self.eval_k}": table["pass@k"][self.eval_k],
-                "format_valid": table["format_valid"], "length": table["mean_length"], "truncated": table["truncated"],
-                "texts": [p.text + t for p, t in zip(prompts[:8], texts)], "scores": scores}
-
-    def preference_pairs(self):
-        raise ConfigError("--algo", "dpo needs preference pairs; the reasoning task has none")
-
-
 class Reasoner(TinyGPT):
     """Part 3's GPT pretrained on the task's worked solutions (``workbook/reason``), cached."""
 
@@ -283,6 +225,10 @@ class Reasoner(TinyGPT):
         from workbook.reason import load_or_pretrain_reasoner
 
         with dp.main_first():  # rank 0 fills the cache, the others then read it
+            if self.task == "calculator":
+                from workbook.agents.base import load_or_pretrain_agent
+
+                return load_or_pretrain_agent(progress=not args.quiet and dp.is_main)
             return load_or_pretrain_reasoner(self.task, progress=not args.quiet and dp.is_main)
 
     save = staticmethod(save_policy)
@@ -290,6 +236,9 @@ class Reasoner(TinyGPT):
 
 def make_task(args: ReasonArgs) -> ReasoningTask:
     group = 1 if args.algo == "ppo" else args.group_size
+    if args.task == "calculator":
+        return CalculatorTask(args.impl, group_size=group, format_reward=args.format_reward, eval_k=args.eval_k,
+                              tool=args.tool, max_calls=args.max_calls, mask_tool_tokens=args.mask_tool_tokens)
     problems = read_problem_file(args.prompts) if args.prompts else None
     return ReasoningTask(args.impl, args.task, group_size=group, format_reward=args.format_reward, eval_k=args.eval_k,
                          problems=problems, heldout=args.eval_samples)
@@ -334,13 +283,13 @@ def parse_command(argv: list[str] | None) -> tuple[ReasonArgs, list[int]]:
     if any(item.partition("=")[0] == "seed" for item in namespace.set):
         raise ConfigError("--set", "seed is set with --seeds S [S ...]")
     overrides = parse_overrides(namespace.set, ReasonArgs, skip=HIDDEN)
+    task = overrides.get("task", args.task)
+    defaults |= {k: v for k, v in TASK_DEFAULTS.get(task, {}).items() if k not in given}
     if args.model:
         defaults |= {k: v for k, v in HF_PRESET.items() if k not in given}
     args = dataclasses.replace(args, **(defaults | overrides))
     if "eval_samples" not in given | set(overrides) and not args.prompts:
-        from workbook.reason.task import eval_pool_size
-
-        args = dataclasses.replace(args, eval_samples=min(args.eval_samples, eval_pool_size(args.task)))
+        args = dataclasses.replace(args, eval_samples=min(args.eval_samples, pool_size(args.task)))
     if "overlong_cache" not in given | set(overrides) and args.overlong_cache > args.max_new_tokens // 4:
         args = dataclasses.replace(args, overlong_cache=args.max_new_tokens // 4)  # a short limit, a shorter ramp
     return args, seeds
@@ -348,8 +297,6 @@ def parse_command(argv: list[str] | None) -> tuple[ReasonArgs, list[int]]:
 
 def validate(args: ReasonArgs) -> None:
     """Raise ConfigError for the first bad setting (before anything is loaded or written)."""
-    from workbook.reason.task import eval_pool_size
-
     require_choices(args)
     for name in ("iterations", "batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "eval_samples", "eval_k",
                  "sample_every", "threads"):
@@ -370,6 +317,13 @@ def validate(args: ReasonArgs) -> None:
         require_divides("--group-size", args.group_size, "--batch-size", args.batch_size)
     require(args.device == "cpu" or (args.device.split(":")[0] == "cuda" and torch.cuda.is_available()), "--device",
             f"{args.device!r}: expected cpu, or cuda (cuda:N) on a machine with a CUDA GPU")
+    require_at_least("--max-calls", args.max_calls, 0)
+    if args.task != "calculator":  # the tool's options mean nothing to a task without a tool
+        for flag, default in (("--no-tool", args.tool), ("--no-mask-tool-tokens", args.mask_tool_tokens)):
+            require(default, flag, f"only --task calculator has a tool (got --task {args.task})")
+        require(args.max_calls == 4, "--max-calls", f"only --task calculator has a tool (got --task {args.task})")
+    elif args.prompts:
+        raise ConfigError("--prompts", "the calculator task makes its own problems (a*b*c); --prompts is for addition-style files")
     if args.prompts:
         require(bool(args.model), "--prompts", "a problem file needs --model (the tiny reasoner only knows its arithmetic)")
         require(Path(args.prompts).is_file(), "--prompts", f"{args.prompts!r} is not a file")
@@ -377,7 +331,7 @@ def validate(args: ReasonArgs) -> None:
         require(n > args.eval_samples, "--prompts",
                 f"{args.prompts} has {n} problems; --eval-samples {args.eval_samples} are held out and some must be left to train on")
     else:
-        pool = eval_pool_size(args.task)
+        pool = pool_size(args.task)
         require(args.eval_samples <= pool, "--eval-samples", f"the {args.task} task has {pool} held-out problems, got {args.eval_samples}")
     make_backend(args).check(args)
 
@@ -417,12 +371,18 @@ class ReasonRun(Run):
         columns = ["iteration", "prompt", "completion", "answer", "given", "correct", "reward", "finished"]
         rows = [[it + 1, p.text, c, p.answer, extract_answer(c), s == 1.0, s, f]
                 for p, c, s, f in zip(prompts[:8], batch.completions[:8], scores[:8].tolist(), batch.finished[:8])]
+        episodes = getattr(batch, "episodes", None)
+        if episodes is not None:  # Part 9: the episode turn by turn, who wrote what
+            columns.append("turns")
+            for row, episode in zip(rows, episodes):
+                row.append([{who: text} for who, text in episode])
         for row in rows:
             self.samples_file.write(dict(zip(columns, row)))
         if self.wandb is not None:
             import wandb
 
-            self.wandb.log({"samples": wandb.Table(columns=columns, data=rows)}, step=it + 1)
+            data = [row[:-1] + [json.dumps(row[-1])] for row in rows] if episodes is not None else rows  # a cell holds text
+            self.wandb.log({"samples": wandb.Table(columns=columns, data=data)}, step=it + 1)
 
 
 def train_reason(args: ReasonArgs, *, model=None, tok=None, progress: bool | None = None, resume: dict | None = None) -> dict:

@@ -98,6 +98,14 @@ class RLVRConfig:
     """Seeds the minibatch order."""
 
 
+def pad_flags(flags: list[Tensor], width: int) -> Tensor:
+    """Per-row 1-D flags, right-padded with 0 to ``[rows, width]`` (float)."""
+    out = torch.zeros(len(flags), width)
+    for b, f in enumerate(flags):
+        out[b, :min(len(f), width)] = f[:width].float().cpu()
+    return out
+
+
 class RLVRTrainer:
     """One critic-free step with Part 7's data-side techniques and one of its policy losses."""
 
@@ -105,9 +113,13 @@ class RLVRTrainer:
         if config.loss not in LOSSES:
             raise ValueError(f"unknown loss {config.loss!r}; expected one of {', '.join(LOSSES)}")
         self.config, self.model, self.ref_model, self.pad_id, self.eos_id = config, model, ref_model, pad_id, eos_id
-        self.part3, self.part5, self.part7 = load_part3(impl), load_part5(impl), load_part7(impl)
+        self.part3, self.part5, self.part7, self.impl = load_part3(impl), load_part5(impl), load_part7(impl), impl
         self.optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
         self.generator = torch.Generator().manual_seed(config.seed)
+
+    def part9(self) -> ModuleType:
+        """The learner's Part 9 (loaded only for a task with a tool: Part 7 runs without it)."""
+        return importlib.import_module(f"{self.impl}.part9_agents")
 
     def _forward(self, model: nn.Module, queries: list[Tensor], responses: list[Tensor], return_logits: bool = False):
         return self.part3.batched_forward_pass(model, queries, responses, temperature=self.config.temperature,
@@ -120,7 +132,14 @@ class RLVRTrainer:
         fn = p7.clip_higher_loss if cfg.loss == "clip_higher" else p7.cispo_loss
         return fn(logprobs, old, adv, mask, cfg.eps_low, cfg.eps_high, cfg.normalisation)
 
-    def step(self, queries: list[Tensor], responses: list[Tensor], scores: Tensor) -> dict[str, float]:
+    def step(self, queries: list[Tensor], responses: list[Tensor], scores: Tensor,
+             response_masks: list[Tensor] | None = None) -> dict[str, float]:
+        """One step; ``response_masks`` (Part 9): per response, True where the policy wrote the token.
+
+        With them the loss mask is the learner's Part 9 ``agent_loss_mask`` (the tool's tokens
+        and, with ``mask_truncated``, cut-off episodes out) and every statistic counts the
+        model's tokens only; without them it is Part 7's ``completion_mask``, as before.
+        """
         cfg, p3, p5, p7 = self.config, self.part3, self.part5, self.part7
         batch = len(queries)
         if len(responses) != batch or scores.shape[0] != batch:
@@ -134,7 +153,11 @@ class RLVRTrainer:
         # (or all wrong) teaches nothing, whatever their lengths.
         signal = p7.groups_with_signal(scores, cfg.group_size)
         keep = signal.repeat_interleave(cfg.group_size) if cfg.dynamic_sampling else torch.ones(batch, dtype=torch.bool)
-        loss_mask, truncated = p7.completion_mask([r.cpu() for r in responses], self.eos_id, cfg.mask_truncated)
+        if response_masks is None:
+            loss_mask, truncated = p7.completion_mask([r.cpu() for r in responses], self.eos_id, cfg.mask_truncated)
+        else:
+            loss_mask, truncated = self.part9().agent_loss_mask([r.cpu() for r in responses], [m.cpu() for m in response_masks],
+                                                                self.eos_id, cfg.mask_truncated)
 
         self.model.eval()  # no dropout: the "old" log-probs must be the sampling policy's
         # With β = 0 (DAPO's default) the reference enters no loss, only the KL curve: it is then
@@ -143,6 +166,8 @@ class RLVRTrainer:
         kl_rows = batch if cfg.beta > 0 else min(batch, KL_ROWS)
         with torch.no_grad():
             old_logprobs, logits, _, masks = self._forward(self.model, queries, responses, return_logits=True)
+            if response_masks is not None:  # the tool's tokens are context, not actions: out of the KL and the stats too
+                masks = masks * pad_flags(response_masks, masks.shape[1]).to(masks)
             ref_logprobs, _, _, _ = self._forward(self.ref_model, queries[:kl_rows], responses[:kl_rows])
             entropy = p3.masked_mean(p3.entropy_from_logits(logits), masks)
         ref_width = ref_logprobs.shape[1]

@@ -203,8 +203,9 @@ class Run:
         a = self.args
         t_it = time.perf_counter()
         prompts = self.algo.prompts(it)
-        batch = rollout(self.policy.lm, self.tok, [p.text for p in prompts], max_new_tokens=a.max_new_tokens,
-                        temperature=a.temperature, generator=self.generator, chunk=self.rollout_chunk)
+        sample = getattr(self.task, "rollout", rollout)  # a task may bring its own (Part 9: multi-turn, with a tool)
+        batch = sample(self.policy.lm, self.tok, [p.text for p in prompts], max_new_tokens=a.max_new_tokens,
+                       temperature=a.temperature, generator=self.generator, chunk=self.rollout_chunk)
         scores = self.task.score(prompts, batch).to(self.device)
         t_gen = time.perf_counter() - t_it
         stats = self.algo.step(batch, scores, it)
