@@ -45,6 +45,10 @@ TOPICS = {
          "overlong", "GSPO", "CISPO", "pass@k", "Yue et al."],
     14: ["NoopReset", "MaxAndSkip", "EpisodicLife", "FireReset", "84 × 84", "ClipReward", "FrameStack",
          "shared", "obs / 255", "c_1", "terminal_on_life_loss"],
+    15: ["state", "whole context", "turn budget", "token budget", "truncated", "only the model's", "context",
+         "bias", "hallucinated", "KL", "entropy", "broadcast", "critic", "zero reward", "per-turn",
+         "reward hacking", "echo", "eval", "9**9**9", "non-ASCII", "KV cache", "retokenisation",
+         "tool_mask", "MultiTurnEnv", "response_mask", "action_mask", "docs/agents.md"],
     11: ["torchrun", "rank", "all-reduce", "divided by $N$", "equal shares", "seed", "broadcast", "whiten",
          "global batch", "timeout"],
 }
@@ -484,3 +488,48 @@ def test_worked_example_pass_at_k_matches_reference():
             assert_printed(row[column], part7.pass_at_k(16, c, k), f"pass@{k} with c={c} of 16")
         assert_printed(row[4], 1 - (1 - c / 16) ** 4, f"the plug-in pass@4 with c={c}")
     assert [int(row[0]) for row in body] == [0, 1, 2, 4, 8, 16]
+
+
+# --- worked example (h): the loss mask of a multi-turn episode, and GAE across a tool's reply -----
+
+def test_worked_example_agent_mask_matches_reference():
+    part9 = importlib.import_module("solutions.part9_agents")
+    from workbook.reason.base import reasoner_tokenizer
+
+    rows = {row[0]: row[1:] for row in table_after("agent-mask")}
+    spans, writers, counts, masks = rows["span"], rows["written by"], rows["tokens"], rows["mask"]
+    tok = reasoner_tokenizer()
+    ids: list[int] = []
+    by_model: list[bool] = []
+    for span, writer, count, bit in zip(spans, writers, counts, masks):
+        span_ids = [tok.eos_id] if span == "EOS" else tok.encode(span.strip("`"), add_bos=False)
+        assert len(span_ids) == int(count), f"the agent-mask table says {span} is {count} tokens, the tokenizer gives {len(span_ids)}"
+        assert writer in ("model", "tool") and int(bit) == (writer == "model")
+        ids += span_ids
+        by_model += [writer == "model"] * len(span_ids)
+    assert ids[-1] == tok.eos_id
+    mask, truncated = part9.agent_loss_mask([torch.tensor(ids)], [torch.tensor(by_model)], tok.eos_id)
+    assert not truncated[0]
+    assert mask[0].tolist() == [float(b) for b in by_model]
+    match = re.search(r"That gives (\d+) tokens in the response and (\d+) in the loss", doc())
+    assert match and (int(match.group(1)), int(match.group(2))) == (len(ids), int(mask.sum()))
+    # Cut off just before the EOS: truncated, and with mask_truncated nothing of it is in the loss.
+    cut, truncated = part9.agent_loss_mask([torch.tensor(ids[:-1])], [torch.tensor(by_model[:-1])], tok.eos_id)
+    assert truncated[0] and cut.sum() == 0
+    assert f"all {len(ids) - 1} of its tokens" in doc()
+
+
+def test_gae_across_a_tools_reply_is_the_formula_in_the_text():
+    """Part 3's GAE through a gap of g tool tokens: A_t = r_t - V_t + (γλ)^g (γ V_u + γλ A_u)."""
+    part3 = importlib.import_module("solutions.part3_rlhf")
+    g, gamma, lam = 4, 0.9, 0.8
+    mask = torch.tensor([[1.0] + [0.0] * g + [1.0, 1.0]])
+    values = torch.tensor([[0.3] + [0.7] * g + [0.5, 0.6]])
+    rewards = torch.tensor([[0.1] + [0.0] * g + [0.0, 1.0]])
+    _, _, returns = part3.compute_advantages(values, rewards, mask, gamma, lam)
+    raw = returns - values * mask  # the advantages before whitening, at the model's positions
+    u = g + 1
+    expected = 0.1 - 0.3 + (gamma * lam) ** g * (gamma * 0.5 + gamma * lam * raw[0, u].item())
+    assert abs(raw[0, 0].item() - expected) < 1e-5
+    assert returns[0, 1:u].abs().max() == 0  # the critic is not trained inside the reply
+    assert "0.95^{20} \\approx 0.36" in doc() and abs(0.95 ** 20 - 0.36) < 0.005
