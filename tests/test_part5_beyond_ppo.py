@@ -438,8 +438,8 @@ def holey_mask(batch: int = 6, resp: int = 7) -> torch.Tensor:
 @pytest.mark.parametrize("normalisation", ["sequence", "token", "constant"])
 def test_grpo_loss_counts_only_masked_in_tokens_inside_a_row(impl, ref, normalisation):
     logprobs, old, ref_logprobs, advantages, _ = grpo_inputs(5)
-    check_call(impl, ref, "grpo_loss", logprobs, old, ref_logprobs, advantages, holey_mask(), 0.2, 0.1,
-               normalisation, 7)
+    check_call_documented_keys(impl, ref, "grpo_loss", logprobs, old, ref_logprobs, advantages, holey_mask(), 0.2, 0.1,
+                               normalisation, 7, keys=GRPO_STATS)
 
 
 VOCAB = 38
@@ -484,7 +484,10 @@ def group_run(module, ref, *, algo: str = "grpo", rows=TOOL_ROWS, truncate: bool
     out = {}
     for i in range(2):
         stats = trainer.step(queries, responses, scores) if truncate else trainer.step(queries, responses, scores, masks)
-        out.update({f"step {i + 1}: {k}": v for k, v in stats.items()})
+        documented = set(GRPO_STATS) | {"policy/entropy"}
+        out.update({f"step {i + 1}: {k}": v for k, v in stats.items()
+                    if k.split("/", 1)[0] not in ("grpo", "rloo") or k.split("/", 1)[1] in documented
+                    or k.split("/", 1)[1] in ("mean_scores", "advantages_abs_mean")})
     probe_q, probe_r = token_rows(98, 4, 1, 6), token_rows(99, 4, 2, 8)
     with torch.no_grad():
         out["log-probs after the steps"] = ref.batched_forward_pass(policy, probe_q, probe_r, pad_id=0)[0]
