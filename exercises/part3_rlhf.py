@@ -16,7 +16,8 @@ over to the library. Conventions for the whole part:
   (``Mask[Tensor, ...]`` in the signatures), with identical results: convert once with
   ``mask.to(values.dtype)`` before arithmetic (``1 − mask`` fails on a bool tensor, and
   ``values[mask]`` with an int64 mask picks *rows by number*). Every mean over tokens is a
-  *masked* mean; padding must never leak into a number.
+  *masked* mean; padding must never leak into a number. (In Part 9 a mask is also 0 on the
+  tokens a tool wrote into a response: context the policy reads, not actions it took.)
 - **One step = one token.** The "state" before response token ``t`` is prompt + response[:t];
   the "action" is token ``t``; the reward is a KL penalty on every token plus the score on
   the last real one.
@@ -304,9 +305,17 @@ def compute_advantages(
 
     and ``returns = (A + values) · mask`` (the critic's regression target), computed from the
     *raw* advantages. Only then are the advantages whitened over the mask (``masked_whiten``)
-    and multiplied by the mask, so all three outputs are 0 wherever the mask is 0 — after the
-    last real token, and also inside a mask with a gap (``1 1 0 1``: the recursion runs through
-    the gap as a step with zero reward and zero value). No gradient flows out.
+    and multiplied by the mask, so all three outputs are 0 wherever the mask is 0. No gradient
+    flows out.
+
+    A 0 *inside* the mask (``1 1 0 0 1``) is a token the policy did not write — in Part 9 a
+    calculator's result, pasted into the response. It is not a step: the recursion skips it, so
+    ``V_{t+1}`` and ``A_{t+1}`` above are those of the next *real* token (0 after the last one).
+    For the ``1`` before the gap, ``δ = r + γ·V(next real token) − V``, with no discount and no
+    λ spent on the gap: the tool's tokens are part of the state the next action sees, not
+    moves of the agent. (Treating the gap as steps with value 0 would shrink the credit that
+    reaches earlier tokens by a factor λ per tool token, and mix a 0 into every bootstrap.)
+    With padding only at the end, skipping and zeroing are the same thing.
 
     Intuition: the reward is almost all at the end (the score), so γ = 1 and λ ≈ 0.95 carry
     it back along the sentence; the critic's V_t, trained on ``returns``, predicts at every
@@ -316,6 +325,8 @@ def compute_advantages(
     - Whiten *after* computing the returns; whitened advantages + values is not a return.
     - Mask values and rewards *before* the recursion: a padded column's value must not be
       bootstrapped into the last real token.
+    - Across a gap, carry the next real token's value and advantage unchanged (``torch.where``
+      on the mask column), rather than recursing through the gap as steps of value 0.
     - Whiten over the mask only (``masked_whiten``), not over the padding.
     - γ·λ in the recursion, γ alone in δ.
     - ``gamma`` or ``lam`` outside [0, 1] is a ``ValueError`` (0 and 1 themselves are fine).
@@ -483,6 +494,30 @@ def batched_forward_pass(
     raise NotImplementedError()
 
 
+def model_token_masks(
+    masks: Float[Tensor, "batch resp"], responses: list[Int[Tensor, "_response"]],
+    response_masks: list[Bool[Tensor, "_response"]] | None,
+) -> Float[Tensor, "batch resp"]:
+    """``masks`` with the tokens the policy did not write zeroed (given code, used by the trainers).
+
+    ``response_masks[b]`` is a bool tensor as long as ``responses[b]``: True where the policy
+    sampled the token, False where something else wrote it — in Part 9, a calculator's result
+    pasted into the response. The result is ``masks · response_masks`` (right-padded with 0 to
+    ``masks``' width); ``None`` returns ``masks`` itself (every real token is the policy's).
+
+    ``ValueError`` when there is not one mask per response or a mask's length is not its response's.
+    """
+    if response_masks is None:
+        return masks
+    if len(response_masks) != len(responses):
+        raise ValueError(f"need one response mask per response, got {len(response_masks)} for {len(responses)}")
+    for b, (m, r) in enumerate(zip(response_masks, responses)):
+        if m.shape != r.shape:
+            raise ValueError(f"response_masks[{b}] has shape {tuple(m.shape)}, its response {tuple(r.shape)}")
+    padded = nn.utils.rnn.pad_sequence([m.to(masks.dtype) for m in response_masks], batch_first=True)
+    return masks * padded.to(masks.device)
+
+
 @typechecked
 def preference_loss(
     r_chosen: Float[Tensor, "batch"], r_rejected: Float[Tensor, "batch"], margin: Float[Tensor, "batch"] | None = None
@@ -601,8 +636,23 @@ class PPOTrainer:
         return batched_forward_pass(model, queries, responses, temperature=self.config.temperature,
                                     pad_id=self.pad_id, return_logits=return_logits)
 
-    def step(self, queries: list[Tensor], responses: list[Tensor], scores: Float[Tensor, "batch"]) -> dict[str, float]:
+    def step(self, queries: list[Tensor], responses: list[Tensor], scores: Float[Tensor, "batch"],
+             response_masks: list[Tensor] | None = None) -> dict[str, float]:
         """Run one PPO step and return its stats (floats, TRL's names).
+
+        ``response_masks`` (Part 9; None everywhere before it): one bool tensor per response,
+        as long as ``responses[b]``, True where the policy wrote the token and False where a
+        tool did. Right after *every* ``self._forward`` of the policy (the rollout pass and each
+        minibatch's pass), replace its ``masks`` by ``model_token_masks(masks, responses,
+        response_masks)`` (the minibatch's responses and masks for a minibatch), and use only
+        those masks from then on: the rewards (the KL charge, and the score on the last token
+        *the policy* wrote, even when a tool wrote the response's last tokens), GAE (which
+        skips the tool's tokens), the whitening, the losses, the entropy and every stat below
+        ("mean per-sequence sums" sum over the policy's tokens; ``tokens/responses_len_mean``
+        counts them). A tool's tokens stay in the *input* — the policy read them before writing
+        its next token — but they are not actions: the policy did not choose them, so neither a
+        log-prob ratio, a KL charge nor an advantage belongs to them. With ``None`` nothing
+        changes.
 
         1. **Rollout pass** (no gradient, dropout off: ``self.model.eval()``): log-probs, logits
            and values of the policy, and log-probs (and logits) of ``self.ref_model``, all
@@ -621,7 +671,8 @@ class PPOTrainer:
            mean over the batch of each row's summed ``kls``.
         6. **Stats**: ``objective/kl`` (that mean_kl), ``objective/kl_coef`` (β used in the
            rewards), ``objective/entropy`` (masked mean token entropy of the rollout logits),
-           ``objective/logprobs`` and ``objective/ref_logprobs`` (mean per-sequence sums),
+           ``objective/logprobs`` and ``objective/ref_logprobs`` (mean per-sequence sums over
+           the mask),
            ``ppo/mean_scores``, ``ppo/std_scores`` (unbiased std; 0.0 for a batch of one),
            ``ppo/mean_non_score_reward`` (mean per-sequence sum), ``tokens/responses_len_mean``,
            and, averaged over all minibatches, every ``ppo_loss`` stat as ``ppo/<name>``
@@ -639,5 +690,8 @@ class PPOTrainer:
           even before the first update.
         - Forgetting ``self.kl_ctl.update``: β never adapts.
         - ``ValueError`` unless ``queries``, ``responses`` and ``scores`` have the same length.
+        - With ``response_masks``: masking only the losses leaves the tool's tokens in the KL
+          charge, the advantages and the stats; the score still goes on the last *masked-in*
+          token (``compute_rewards`` finds it from the mask you give it).
         """
         raise NotImplementedError()

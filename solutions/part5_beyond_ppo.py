@@ -47,7 +47,8 @@ from torch import Tensor, nn
 from workbook.lm.model import GPT
 from workbook.typecheck import Mask, typechecked
 
-from .part3_rlhf import batched_forward_pass, entropy_from_logits, kl_penalty, masked_mean, preference_loss
+from .part3_rlhf import (batched_forward_pass, entropy_from_logits, kl_penalty, masked_mean, model_token_masks,
+                         preference_loss)
 
 Scale = Literal["group", "batch", "none"]
 Normalisation = Literal["sequence", "token", "constant"]
@@ -411,7 +412,19 @@ class GroupTrainer:
             return rloo_advantages(scores, logprobs, ref_logprobs, masks, cfg.group_size, cfg.beta)[0], 0.0
         raise ValueError(f"unknown algo {cfg.algo!r}; expected grpo or rloo")
 
-    def step(self, queries: list[Tensor], responses: list[Tensor], scores: Float[Tensor, "batch"]) -> dict[str, float]:
+    def step(self, queries: list[Tensor], responses: list[Tensor], scores: Float[Tensor, "batch"],
+             response_masks: list[Tensor] | None = None) -> dict[str, float]:
+        """One update on the batch; returns its stats (floats).
+
+        ``response_masks`` (Part 9; None before it): one bool tensor per response, True where the
+        policy wrote the token, False where a tool did. As in Part 3's ``PPOTrainer.step``, the
+        masks of every forward pass of the policy become ``model_token_masks(...)``, so the loss,
+        the KL (in the loss or, for RLOO, in the reward) and every stat count the policy's tokens
+        only: a tool's tokens are context the policy read, not actions it chose. A response with
+        no token of the policy's (say, an episode cut off and masked out) still counts in its
+        group's baseline through its score, but has nothing to train: it is left out of the
+        minibatches' losses (a per-response mean over zero tokens would be 0/0).
+        """
         cfg = self.config
         batch = len(queries)
         if len(responses) != batch or scores.shape[0] != batch:
@@ -419,16 +432,24 @@ class GroupTrainer:
         self.model.eval()  # no dropout: the "old" log-probs must be the sampling policy's
         with torch.no_grad():
             old_logprobs, logits, _, masks = self._forward(self.model, queries, responses, return_logits=True)
+            masks = model_token_masks(masks, responses, response_masks)  # only the policy's tokens are actions
             ref_logprobs, _, _, _ = self._forward(self.ref_model, queries, responses)
-            entropy = masked_mean(entropy_from_logits(logits), masks)
+            entropy = masked_mean(entropy_from_logits(logits), masks) if masks.sum() > 0 else masks.new_zeros(())
         advantages, loss_beta = self.advantages(scores, old_logprobs, ref_logprobs, masks)
+        has_tokens = (masks.sum(dim=1) > 0).cpu()  # indexes the permutation, which lives on the CPU
 
         collected: dict[str, list[Tensor]] = {}
         for _ in range(cfg.epochs):
             for idx in torch.randperm(batch, generator=self.generator).split(cfg.mini_batch_size):
+                if response_masks is not None:
+                    idx = idx[has_tokens[idx]]  # rows without a token of the policy's: nothing to train
+                    if len(idx) == 0:
+                        continue
                 rows = idx.tolist()
                 new_logprobs, new_logits, _, mb_masks = self._forward(
                     self.model, [queries[i] for i in rows], [responses[i] for i in rows], return_logits=cfg.ent_coef > 0)
+                if response_masks is not None:
+                    mb_masks = model_token_masks(mb_masks, [responses[i] for i in rows], [response_masks[i] for i in rows])
                 width = mb_masks.shape[1]
                 loss, stats = grpo_loss(new_logprobs, old_logprobs[idx, :width], ref_logprobs[idx, :width], advantages[idx],
                                         mb_masks, cfg.cliprange, loss_beta, cfg.normalisation, cfg.max_len)
@@ -450,8 +471,8 @@ class GroupTrainer:
             "objective/kl": ((old_logprobs - ref_logprobs) * masks).sum(dim=1).mean().item(),
             "objective/kl_coef": cfg.beta,
             "objective/entropy": entropy.item(),
-            "objective/logprobs": old_logprobs.sum(dim=1).mean().item(),
-            "objective/ref_logprobs": ref_logprobs.sum(dim=1).mean().item(),
+            "objective/logprobs": (old_logprobs * masks).sum(dim=1).mean().item(),
+            "objective/ref_logprobs": (ref_logprobs * masks).sum(dim=1).mean().item(),
             f"{cfg.algo}/mean_scores": scores.mean().item(),
             f"{cfg.algo}/advantages_abs_mean": advantages.abs().mean().item(),
             "tokens/responses_len_mean": masks.sum(dim=1).mean().item(),

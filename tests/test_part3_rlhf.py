@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbook.checking import WrongAnswer, assert_close, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
+from workbook.checking import (WrongAnswer, assert_close, check_call, check_exercise, compare, describe_call, explain,
+                               known_mistake, matching_mistakes)
 from workbook.lm.model import GPT, GPTConfig
 from workbook.promises import check_call_documented_keys
 
@@ -1084,3 +1085,139 @@ def test_forward_pass_masks_come_from_lengths_not_token_ids(impl, ref):
 
     check_exercise(impl, ref, "batched_forward_pass", run,
                    call="batched_forward_pass(tiny GPTWithValueHead, 4 queries, 4 responses holding the PAD id 0, pad_id=0)")
+
+
+# --- tokens a tool wrote (Part 9's response_masks) --------------------------------------------
+# In Part 9 a calculator writes some tokens of a response: they are context the policy reads, not
+# actions it took. A mask is then 0 inside a response as well as after it: compute_rewards puts
+# the score on the last token the *policy* wrote, GAE skips the tool's tokens, and PPOTrainer.step
+# takes response_masks (True where the policy wrote the token) into every mask it uses.
+
+# One pattern per row (1: the policy wrote the token, 0: the tool did), cut to the response's length; "end"
+# means "the policy's, except the last two tokens": a tool segment in the middle, alternating, the tool's
+# tokens last, none, one policy token at each end, and one policy token then only the tool's.
+TOOL_PATTERNS = ("1100111111", "1010101010", "end", "1111111111", "1000000001", "1000000000")
+TRAILING_PATTERNS = ("end", "1111111111", "end", "1000000000", "1111111111", "1000000000")
+
+
+def pattern_mask(pattern: str, length: int) -> torch.Tensor:
+    if pattern == "end":
+        return torch.arange(length) < length - 2
+    return torch.tensor([c == "1" for c in pattern[:length]])
+
+
+def tool_batch(seed: int, n: int = 6, patterns=TOOL_PATTERNS):
+    """Queries, responses of 5-9 tokens, and one bool response mask per response (``patterns``)."""
+    queries, responses = token_rows(seed, n, 1, 6), token_rows(seed + 1, n, 5, 9)
+    return queries, responses, [pattern_mask(patterns[b % len(patterns)], len(r)) for b, r in enumerate(responses)]
+
+
+def probe_after(policy, ref) -> dict:
+    """What the trained weights do: the policy's log-probs and values on fixed text (smooth in the weights)."""
+    queries, responses = forward_inputs(99, 4)
+    with torch.no_grad():
+        logprobs, _, values, _ = ref.batched_forward_pass(policy, queries, responses, pad_id=0)
+    return {"log-probs after the steps": logprobs, "values after the steps": values}
+
+
+def tool_trainer_run(cls, ref, *, steps: int = 2, batch: int = 6, patterns=TOOL_PATTERNS, truncate: bool = False,
+                     **overrides) -> dict:
+    """PPO steps on tool_batch (reference: another tiny GPT, so the KL is not 0). ``truncate``: cut each
+    response after the policy's last token and pass no masks (for patterns whose tool tokens only trail)."""
+    policy = ref.GPTWithValueHead(tiny_lm(0, dropout=0.2))
+    reference = ref.create_reference_model(ref.GPTWithValueHead(tiny_lm(7)))
+    config = ref.PPOConfig(**(dict(learning_rate=3e-3, mini_batch_size=3, ppo_epochs=2, temperature=0.7, init_kl_coef=0.3,
+                                   target=0.5, horizon=40.0, seed=0) | overrides))
+    trainer = cls(config, policy, reference, 0)
+    queries, responses, masks = tool_batch(30, batch, patterns)
+    scores = 0.1 + randn(31, batch)
+    if truncate:
+        responses = [r[:int(m.nonzero().max()) + 1] for r, m in zip(responses, masks)]
+    out = {}
+    for i in range(steps):
+        stats = trainer.step(queries, responses, scores) if truncate else trainer.step(queries, responses, scores, masks)
+        out.update({f"step {i + 1}: {k}": v for k, v in stats.items()})
+    return out | probe_after(policy, ref)
+
+
+TOOL_SUSPECTS = ("response_masks_ignored", "response_masks_only_in_the_loss", "response_masks_only_in_the_rollout",
+                 "logprob_stats_count_tool_tokens")
+
+
+@pytest.mark.slow
+@pytest.mark.exercise("PPOTrainer")
+def test_trainer_step_with_tool_tokens_matches_reference(impl, ref):
+    check_exercise(impl, ref, "PPOTrainer", lambda cls: tool_trainer_run(cls, ref),
+                   call="PPOTrainer(tiny policy, reference = another tiny GPT).step(queries, responses, scores, "
+                        "response_masks with the tool's tokens inside and at the end of responses) × 2",
+                   rtol=1e-3, atol=1e-4, suspects=TOOL_SUSPECTS, cache_key="trainer with tool tokens")
+
+
+@pytest.mark.exercise("PPOTrainer")
+def test_tool_tokens_after_the_policys_last_token_change_nothing(impl, ref):
+    # The tool's tokens only at the end of responses (the tool answered, the episode ended): the policy never
+    # read them before acting, so the step must be the reference's on the responses cut after the policy's
+    # last token, without masks — the score on the policy's last token, the KL and the stats over its tokens.
+    def run(cls):
+        return tool_trainer_run(cls, ref, steps=1, patterns=TRAILING_PATTERNS)
+
+    expected = tool_trainer_run(ref.PPOTrainer, ref, steps=1, patterns=TRAILING_PATTERNS, truncate=True)
+    got = run(impl.PPOTrainer)
+    problem = compare(got, expected, rtol=1e-3, atol=1e-4)
+    if problem is not None:
+        raise WrongAnswer(explain(
+            "PPOTrainer.step(..., response_masks False on the last two tokens of some responses)",
+            "differs from the reference's step on the responses cut after the policy's last token: the tool's "
+            "trailing tokens must change nothing\n  " + problem,
+            matching_mistakes(PART, "PPOTrainer", run, got, rtol=1e-3, atol=1e-4, suspects=TOOL_SUSPECTS,
+                              expected=expected)))
+
+
+@pytest.mark.exercise("compute_rewards")
+def test_compute_rewards_puts_the_score_on_the_last_masked_in_token(impl, ref):
+    # Masks with gaps (the tool's tokens) and with the tool's tokens last: row 0 "1 1 0 1 0 0", etc.
+    scores, logprobs, ref_logprobs, _ = reward_inputs(5, batch=4, resp=6)
+    masks = torch.tensor([[1.0, 1, 0, 1, 0, 0], [1, 0, 0, 0, 1, 1], [1, 1, 1, 0, 0, 0], [1, 0, 1, 0, 1, 0]])
+    check_call(impl, ref, "compute_rewards", scores, logprobs, ref_logprobs, masks, 0.1)
+
+
+def compacted(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each row's masked-in entries moved to the front (the rest 0): the response without the tool's tokens."""
+    out = torch.zeros_like(x)
+    for b in range(x.shape[0]):
+        real = x[b][mask[b] > 0]
+        out[b, :len(real)] = real
+    return out
+
+
+@pytest.mark.exercise("compute_advantages")
+@pytest.mark.parametrize("gamma,lam", [(1.0, 0.95), (0.9, 0.8)])
+def test_compute_advantages_skips_the_tool_tokens_in_a_gap(impl, ref, gamma, lam):
+    # The tool's tokens are not steps: GAE over a row with gaps equals GAE over the row without them.
+    values, rewards, _ = advantage_inputs(14)
+    mask = torch.tensor([[1.0, 1, 0, 0, 1, 1, 1], [1, 0, 1, 0, 1, 0, 1], [1, 1, 1, 0, 0, 0, 0],
+                         [1, 0, 0, 0, 0, 1, 0], [1, 1, 1, 1, 1, 1, 1]])
+    got = impl.compute_advantages(values, rewards, mask, gamma, lam)
+    short = (mask > 0).sum(1)
+    short_mask = (torch.arange(7)[None] < short[:, None]).float()
+    want = ref.compute_advantages(compacted(values, mask), compacted(rewards, mask), short_mask, gamma, lam)
+    call = f"compute_advantages(values, rewards, mask with gaps, {gamma}, {lam})"
+    for name, g, w in zip(("values", "advantages", "returns"), got, want):
+        problem = compare(compacted(g, mask), w, rtol=1e-4, atol=1e-5)
+        if problem is None and (g * (1 - mask)).abs().max() > 0:
+            problem = f"{name} are not 0 where the mask is 0"
+        if problem is not None:
+            raise WrongAnswer(explain(call, f"the {name} of the real tokens differ from GAE over the rows without their "
+                                            f"gaps (a gap is not a step)\n  " + problem,
+                                      diagnose("compute_advantages", got, values, rewards, mask, gamma, lam)))
+
+
+def test_model_token_masks_checks_its_inputs(ref):
+    masks = torch.ones(2, 3)
+    responses = [torch.tensor([4, 5, 6]), torch.tensor([7, 8, 9])]
+    assert ref.model_token_masks(masks, responses, None) is masks
+    got = ref.model_token_masks(masks, responses, [torch.tensor([True, False, True]), torch.tensor([True, True, False])])
+    assert torch.equal(got, torch.tensor([[1.0, 0, 1], [1, 1, 0]]))
+    for bad in ([torch.tensor([True, True, True])], [torch.ones(3, dtype=torch.bool), torch.ones(2, dtype=torch.bool)]):
+        with pytest.raises(ValueError):
+            ref.model_token_masks(masks, responses, bad)

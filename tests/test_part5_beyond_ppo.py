@@ -17,7 +17,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbook.checking import WrongAnswer, assert_close, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
+from workbook.checking import (WrongAnswer, assert_close, check_call, check_exercise, compare, describe_call, explain,
+                               known_mistake, matching_mistakes)
+from workbook.lm.model import GPT, GPTConfig
 from workbook.promises import assert_no_graph, check_call_documented_keys
 
 PART = "part5_beyond_ppo"
@@ -419,3 +421,184 @@ def test_grpo_loss_defaults(impl, ref):
 def test_dpo_loss_defaults(impl, ref):
     # beta=0.1 when left out.
     check_call_documented_keys(impl, ref, "dpo_loss", *dpo_inputs(9), keys=DPO_STATS)
+
+
+# --- tokens a tool wrote (Part 9's response_masks) --------------------------------------------
+# In Part 9 a calculator writes some tokens of a response: context the policy reads, not actions.
+# The masks then hold 0 *inside* responses too, and every per-response mean must count the
+# policy's tokens only. GroupTrainer (given code) takes response_masks and folds them into its masks.
+
+def holey_mask(batch: int = 6, resp: int = 7) -> torch.Tensor:
+    """Rows with the tool's tokens inside, at the end, alternating, and none (float, 0/1)."""
+    rows = ["1100111", "1010101", "1111100", "1111111", "1000001", "1110000"]
+    return torch.tensor([[float(c) for c in rows[b % len(rows)][:resp]] for b in range(batch)])
+
+
+@pytest.mark.exercise("grpo_loss")
+@pytest.mark.parametrize("normalisation", ["sequence", "token", "constant"])
+def test_grpo_loss_counts_only_masked_in_tokens_inside_a_row(impl, ref, normalisation):
+    logprobs, old, ref_logprobs, advantages, _ = grpo_inputs(5)
+    check_call_documented_keys(impl, ref, "grpo_loss", logprobs, old, ref_logprobs, advantages, holey_mask(), 0.2, 0.1,
+                               normalisation, 7, keys=GRPO_STATS)
+
+
+VOCAB = 38
+TOOL_ROWS = ("1100111111", "1010101010", "end", "1111111111", "1000000001", "1000000000")
+TRAILING_ROWS = ("end", "1111111111", "end", "1000000000", "1111111111", "1000000000")
+
+
+def tiny_policy(ref, seed: int):
+    torch.manual_seed(seed)
+    lm = GPT(GPTConfig(vocab_size=VOCAB, block_size=32, n_layer=1, n_head=2, d_model=16, dropout=0.0))
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.mul_(8.0) if p.dim() >= 2 else None
+    return ref.LanguageModelPolicy(lm.eval())
+
+
+def token_rows(seed: int, n: int, low: int, high: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(low, high + 1, (n,), generator=g)
+    return [torch.randint(3, VOCAB, (int(k),), generator=g) for k in lengths]
+
+
+def row_mask(pattern: str, length: int) -> torch.Tensor:
+    """True where the policy wrote the token; "end": all but the last two (the tool's)."""
+    if pattern == "end":
+        return torch.arange(length) < length - 2
+    return torch.tensor([c == "1" for c in pattern[:length]])
+
+
+def group_run(module, ref, *, algo: str = "grpo", rows=TOOL_ROWS, truncate: bool = False, **overrides) -> dict:
+    """Two GroupTrainer steps on 6 responses (2 groups of 3) with the tool's tokens masked out, then the
+    policy's log-probs on fixed text. ``truncate``: cut each response after the policy's last token, no masks."""
+    policy, reference = tiny_policy(ref, 0), tiny_policy(ref, 7).requires_grad_(False).eval()
+    config = module.GroupConfig(**(dict(algo=algo, group_size=3, learning_rate=3e-3, mini_batch_size=3, epochs=2,
+                                        beta=0.1, temperature=0.7, seed=0) | overrides))
+    trainer = module.GroupTrainer(config, policy, reference, 0)
+    queries, responses = token_rows(40, 6, 1, 6), token_rows(41, 6, 5, 9)
+    masks = [row_mask(rows[b], len(r)) for b, r in enumerate(responses)]
+    scores = 0.1 + torch.randn(6, generator=torch.Generator().manual_seed(42))
+    if truncate:
+        responses = [r[:int(m.nonzero().max()) + 1] for r, m in zip(responses, masks)]
+    out = {}
+    for i in range(2):
+        stats = trainer.step(queries, responses, scores) if truncate else trainer.step(queries, responses, scores, masks)
+        documented = set(GRPO_STATS) | {"policy/entropy"}
+        out.update({f"step {i + 1}: {k}": v for k, v in stats.items()
+                    if k.split("/", 1)[0] not in ("grpo", "rloo") or k.split("/", 1)[1] in documented
+                    or k.split("/", 1)[1] in ("mean_scores", "advantages_abs_mean")})
+    probe_q, probe_r = token_rows(98, 4, 1, 6), token_rows(99, 4, 2, 8)
+    with torch.no_grad():
+        out["log-probs after the steps"] = ref.batched_forward_pass(policy, probe_q, probe_r, pad_id=0)[0]
+    return out
+
+
+GROUP_CASES = {
+    "grpo, sequence": dict(algo="grpo", normalisation="sequence"),
+    "grpo, token, entropy bonus": dict(algo="grpo", normalisation="token", ent_coef=0.05),
+    "grpo, constant": dict(algo="grpo", normalisation="constant", scale="none", max_len=9),
+    "rloo": dict(algo="rloo"),
+}
+
+
+def check_group_trainer(impl, ref, case: str, **kwargs) -> None:
+    overrides = GROUP_CASES[case] | kwargs
+    got = group_run(impl, ref, **overrides)
+    expected = group_run(ref, ref, **overrides)
+    problem = compare(got, expected, rtol=1e-3, atol=1e-4)
+    if problem is not None:
+        raise WrongAnswer(explain(
+            f"GroupTrainer({case}).step(queries, responses, scores, response_masks with the tool's tokens) × 2",
+            f"differs from the reference's (GroupTrainer is given code: it calls your functions)\n  {problem}"))
+
+
+@pytest.mark.slow
+@pytest.mark.exercise("grpo_loss")
+@pytest.mark.parametrize("case", [c for c in GROUP_CASES if c != "rloo"])
+def test_group_trainer_with_tool_tokens_matches_reference(impl, ref, case):
+    check_group_trainer(impl, ref, case)
+
+
+@pytest.mark.slow
+@pytest.mark.exercise("rloo_advantages")
+def test_rloo_trainer_with_tool_tokens_matches_reference(impl, ref):
+    check_group_trainer(impl, ref, "rloo")
+
+
+@pytest.mark.exercise("grpo_loss")
+@pytest.mark.parametrize("case", list(GROUP_CASES))
+def test_group_trainer_with_a_response_the_policy_never_wrote(impl, ref, case):
+    # A response whose mask is all False (say, an episode cut off and masked out): its score still counts in its
+    # group's baseline, it trains nothing, and nothing becomes NaN — the same as the reference.
+    rows = TOOL_ROWS[:5] + ("0000000000",)
+    got = group_run(impl, ref, rows=rows, **GROUP_CASES[case])
+    not_finite = sorted(k for k, v in got.items() if not torch.isfinite(torch.as_tensor(v)).all())
+    call = f"GroupTrainer({case}).step(..., response_masks with one row all False)"
+    if not_finite:
+        raise WrongAnswer(explain(call, f"NaN or inf in {not_finite[:4]}"))
+    problem = compare(got, group_run(ref, ref, rows=rows, **GROUP_CASES[case]), rtol=1e-3, atol=1e-4)
+    if problem is not None:
+        raise WrongAnswer(explain(call, problem))
+
+
+def trailing_tool_problem(module, ref, case: str) -> str | None:
+    """How a step with the tool's tokens only at the end of responses differs from the reference's step on the
+    responses cut after the policy's last token, without masks (None: it does not)."""
+    got = group_run(module, ref, rows=TRAILING_ROWS, **GROUP_CASES[case])
+    expected = group_run(ref, ref, rows=TRAILING_ROWS, truncate=True, **GROUP_CASES[case])
+    return compare(got, expected, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.exercise("grpo_loss")
+@pytest.mark.parametrize("case", ["grpo, sequence", "rloo"])
+def test_group_trainer_tool_tokens_after_the_policys_last_token_change_nothing(impl, ref, case):
+    # The policy never read them before acting: the loss, the KL, the stats (tokens/responses_len_mean,
+    # objective/kl, ...) and the weights after the step are those of the responses without them.
+    problem = trailing_tool_problem(impl, ref, case)
+    if problem is not None:
+        raise WrongAnswer(explain(f"GroupTrainer({case}).step(..., response_masks False on the last two tokens of "
+                                  "some responses)", "differs from the reference's step on the responses cut after "
+                                  f"the policy's last token\n  {problem}"))
+
+
+class _TrainerIgnoringMasks:
+    """The reference's GroupTrainer, but response_masks dropped (or kept out of the stats): the wrong trainers
+    the checks above must reject."""
+
+    def __init__(self, ref, drop_from: str):
+        import types
+
+        base = ref.GroupTrainer
+
+        class Wrong(base):
+            def step(self, queries, responses, scores, response_masks=None):
+                if drop_from == "everything":
+                    return base.step(self, queries, responses, scores)
+                # masks in the loss only: the rollout's masks (KL, advantages, stats) left whole
+                forward = self._forward
+                calls = {"n": 0}
+
+                def first_pass_unmasked(model, q, r, return_logits=False):
+                    calls["n"] += 1
+                    out = forward(model, q, r, return_logits)
+                    if calls["n"] <= 2:  # the rollout's two passes: leave their masks whole
+                        return out
+                    rows = [next(i for i, x in enumerate(responses) if x is y) for y in r]
+                    return (*out[:3], ref.model_token_masks(out[3], r, [response_masks[i] for i in rows]))
+
+                self._forward = first_pass_unmasked
+                try:
+                    return base.step(self, queries, responses, scores)
+                finally:
+                    del self._forward
+
+        self.module = types.SimpleNamespace(**{**vars(ref), "GroupTrainer": Wrong})
+
+
+@pytest.mark.parametrize("drop_from", ["everything", "the rollout"])
+def test_the_tool_token_checks_reject_a_trainer_that_ignores_response_masks(ref, drop_from):
+    # Given code has no known-mistake registry: this proves the check above fails on the two wrong trainers.
+    wrong = _TrainerIgnoringMasks(ref, drop_from).module
+    assert trailing_tool_problem(ref, ref, "grpo, sequence") is None
+    assert trailing_tool_problem(wrong, ref, "grpo, sequence") is not None

@@ -104,19 +104,27 @@ part3("AdaptiveKLController", "min_max_and_additive_form",
 
 
 @part3("compute_advantages", "discount_matrix",
-       "GAE as one matrix product A = δ · W with W[s, t] = (γλ)^(s − t) for s ≥ t, no Python loop; masks converted once")
+       "GAE as one batched matrix product A = δ · W with W[s, t] = (γλ)^(k_s − k_t) for s ≥ t (k: the rank among "
+       "real tokens, so gaps are skipped), the next real token's value found with a reversed cummin; no Python loop")
 def advantages_matrix(values, rewards, mask, gamma, lam):
     if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
         raise ValueError("gamma and lam must lie in [0, 1]")
     m = mask.to(values.dtype)
     values, rewards = values.detach() * m, rewards.detach() * m
-    next_values = F.pad(values[:, 1:], (0, 1))
-    deltas = rewards + gamma * next_values - values
-    steps = torch.arange(values.shape[1])
-    power = (steps[:, None] - steps[None, :]).to(values.dtype)  # s − t
-    weights = torch.where(power >= 0, torch.tensor(gamma * lam, dtype=values.dtype) ** power.clamp(min=0),
+    batch, width = values.shape
+    steps = torch.arange(width)
+    # Index of the next real column after each column (width: none, whose value is 0).
+    candidates = torch.where(m > 0, steps.expand(batch, width), torch.full((batch, width), width))
+    after = torch.cat([candidates[:, 1:], torch.full((batch, 1), width)], dim=1)
+    next_index = after.flip(1).cummin(1).values.flip(1)
+    next_values = F.pad(values, (0, 1)).gather(1, next_index)
+    deltas = (rewards + gamma * next_values - values) * m
+    rank = m.cumsum(1)
+    power = rank[:, :, None] - rank[:, None, :]  # [batch, s, t]: real tokens from t to s, minus one
+    later = (steps[:, None] >= steps[None, :])[None]
+    weights = torch.where(later, torch.tensor(gamma * lam, dtype=values.dtype) ** power.clamp(min=0),
                           torch.zeros((), dtype=values.dtype))
-    advantages = deltas @ weights
+    advantages = torch.einsum("bs,bst->bt", deltas, weights)
     returns = (advantages + values) * m
     return values, _ref.masked_whiten(advantages, m) * m, returns
 
@@ -225,7 +233,7 @@ part3("RewardModel", "flipped_argmax_and_gather",
 
 
 class TrainerReordered(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
+    def step(self, queries, responses, scores, response_masks=None):
         cfg, n = self.config, len(queries)
         if len(responses) != n or len(scores) != n:
             raise ValueError("queries, responses and scores must have the same length")
@@ -234,6 +242,8 @@ class TrainerReordered(_ref.PPOTrainer):
         with torch.no_grad():  # the reference first, then the policy: independent passes
             ref_lp, ref_logits, _, _ = self._forward(self.ref_model, queries, responses, return_logits=full)
             old_lp, logits, old_values, masks = self._forward(self.model, queries, responses, return_logits=True)
+        if response_masks is not None:  # the policy's own tokens, multiplied in by hand
+            masks = masks * torch.stack([F.pad(rm.float(), (0, masks.shape[1] - len(rm))) for rm in response_masks])
         beta = self.kl_ctl.value
         if full:
             rewards, non_score, kls = _ref.compute_rewards(scores, logits.log_softmax(-1), ref_logits.log_softmax(-1),
@@ -247,7 +257,8 @@ class TrainerReordered(_ref.PPOTrainer):
         stats = {
             "objective/kl": seq_kl, "objective/kl_coef": beta,
             "objective/entropy": _ref.masked_mean(_ref.entropy_from_logits(logits), masks).item(),
-            "objective/logprobs": old_lp.sum(-1).mean().item(), "objective/ref_logprobs": ref_lp.sum(-1).mean().item(),
+            "objective/logprobs": (old_lp * masks).sum(-1).mean().item(),
+            "objective/ref_logprobs": (ref_lp * masks).sum(-1).mean().item(),
             "ppo/mean_scores": scores.mean().item(), "ppo/std_scores": scores.std().item() if n > 1 else 0.0,
             "ppo/mean_non_score_reward": non_score.sum(-1).mean().item(),
             "tokens/responses_len_mean": masks.sum(-1).mean().item(),
@@ -259,6 +270,7 @@ class TrainerReordered(_ref.PPOTrainer):
                 lp, lg, vp, m = self._forward(self.model, [queries[i] for i in rows], [responses[i] for i in rows],
                                               return_logits=True)
                 w = m.shape[1]
+                m = m * masks[chunk, :w]  # the rollout's masks already hold the policy's tokens
                 pg, vf, mb_stats = _ref.ppo_loss(old_lp[chunk, :w], old_values[chunk, :w], lp, vp, m,
                                                  advantages[chunk, :w], returns[chunk, :w], cfg.cliprange,
                                                  cfg.cliprange_value, cfg.vf_coef)

@@ -357,6 +357,20 @@ def rewards_mask_difference(scores, logprobs, ref_logprobs, masks, kl_coef, kind
     return non_score + scores[:, None] * ends, non_score, kls
 
 
+@part3("compute_rewards", "score_at_mask_sum_minus_one",
+       "the last real token was taken at index mask.sum(1) − 1, which is right only when the 1s come first and "
+       "without gaps: with a tool's tokens inside the response (Part 9) the score lands on the wrong token")
+def rewards_sum_minus_one(scores, logprobs, ref_logprobs, masks, kl_coef, kind="kl"):
+    masks = masks.to(scores.dtype)
+    if (masks.sum(1) < 1).any():
+        raise ValueError("empty row")
+    kls = _ref.kl_penalty(logprobs, ref_logprobs, kind) * masks
+    non_score = -kl_coef * kls
+    rewards = non_score.clone()
+    rewards[torch.arange(len(scores)), masks.sum(1).long() - 1] += scores
+    return rewards, non_score, kls
+
+
 @part3("compute_rewards", "no_error_on_empty_row",
        "a row without any real token was accepted silently (its score went to the last column, which is padding)")
 def rewards_empty_row_accepted(scores, logprobs, ref_logprobs, masks, kl_coef, kind="kl"):
@@ -405,7 +419,7 @@ class KLFlipped(_ref.AdaptiveKLController):
 # --- compute_advantages ---------------------------------------------------------------
 
 def _advantages(values, rewards, mask, gamma, lam, *, mask_values=True, whiten_first=False, whiten_fn="masked",
-                decay=None, add_values=True):
+                decay=None, add_values=True, skip_gaps=True):
     with torch.no_grad():
         if mask_values:
             values = values * mask
@@ -413,11 +427,17 @@ def _advantages(values, rewards, mask, gamma, lam, *, mask_values=True, whiten_f
         T = rewards.shape[1]
         adv = torch.zeros_like(rewards)
         running = torch.zeros_like(rewards[:, 0])
+        nxt = torch.zeros_like(values[:, 0])
         d = gamma * lam if decay is None else decay(gamma, lam)
         for t in reversed(range(T)):
-            nxt = values[:, t + 1] if t + 1 < T else torch.zeros_like(values[:, t])
-            running = rewards[:, t] + gamma * nxt - values[:, t] + d * running
-            adv[:, t] = running
+            if not skip_gaps:  # the gap's columns taken as steps of value 0
+                nxt = values[:, t + 1] if t + 1 < T else torch.zeros_like(values[:, t])
+            step = rewards[:, t] + gamma * nxt - values[:, t] + d * running
+            real = mask[:, t] > 0
+            running = torch.where(real, step, running) if skip_gaps else step
+            if skip_gaps:
+                nxt = torch.where(real, values[:, t], nxt)
+            adv[:, t] = running  # across a gap: the carried advantage (the returns' mask must zero it)
         white = {"masked": lambda a: _ref.masked_whiten(a, mask), "plain": _ref.whiten, "none": lambda a: a,
                  "eps_outside": lambda a: (a - _ref.masked_mean(a, mask)) / (_ref.masked_var(a, mask).sqrt() + 1e-8)
                  }[whiten_fn]
@@ -438,7 +458,8 @@ def adv_whiten_first(values, rewards, mask, gamma, lam):
 @part3("compute_advantages", "padding_values_bootstrapped",
        "the values were not masked, so the value of a padded column is bootstrapped into the last real token")
 def adv_unmasked_values(values, rewards, mask, gamma, lam):
-    v, a, r = _advantages(values, rewards, mask, gamma, lam, mask_values=False)
+    # (the plain recursion over every column: a recursion that skips masked-out columns never reads them)
+    v, a, r = _advantages(values, rewards, mask, gamma, lam, mask_values=False, skip_gaps=False)
     return v * mask, a, r * mask
 
 
@@ -481,6 +502,14 @@ def adv_tilde(values, rewards, mask, gamma, lam):
         values, rewards = values.masked_fill(~mask, 0.0), rewards.masked_fill(~mask, 0.0)
         v, a, r = _advantages(values, rewards, torch.ones_like(values), gamma, lam, whiten_fn="none")
         return v, _ref.masked_whiten(a, mask) * mask, r * mask
+
+
+@part3("compute_advantages", "gap_taken_as_steps_of_value_0",
+       "the recursion ran through a gap in the mask (1 1 0 0 1) as steps of zero reward and zero value, instead of "
+       "skipping it (the next real token's value and advantage carried through): λ and γ were spent on every "
+       "masked-out token, and a 0 was bootstrapped in")
+def adv_gap_as_steps(values, rewards, mask, gamma, lam):
+    return _advantages(values, rewards, mask, gamma, lam, skip_gaps=False)
 
 
 @part3("compute_advantages", "returns_not_masked",
@@ -777,10 +806,13 @@ class RewardSumIndex(_RewardReadout):
 
 # --- PPOTrainer -----------------------------------------------------------------------
 
-def _trainer_step(self, queries, responses, scores, *, use_temperature=True, ref_is_policy=False, update_kl=True,
-                  dropout_on=False, shuffle=True, kind_ignored=False, clip="config", cliprange_swap=False,
-                  entropy_sign=-1.0, kl_token_mean=False, std_of_one="zero", stats_as_tensors=False, ref_grad=False):
+def _trainer_step(self, queries, responses, scores, response_masks=None, *, use_temperature=True, ref_is_policy=False,
+                  update_kl=True, dropout_on=False, shuffle=True, kind_ignored=False, clip="config", cliprange_swap=False,
+                  entropy_sign=-1.0, kl_token_mean=False, std_of_one="zero", stats_as_tensors=False, ref_grad=False,
+                  tool_masked_in_rollout=True, tool_masked_in_minibatch=True, tool_masked_in_logprob_stats=True):
     """PPOTrainer.step with switches; each mistake below flips one."""
+    rollout_tool_masks = response_masks if tool_masked_in_rollout else None
+    minibatch_tool_masks = response_masks if tool_masked_in_minibatch else None
     cfg = self.config
     batch = len(queries)
     temperature = cfg.temperature if use_temperature else 1.0
@@ -792,6 +824,8 @@ def _trainer_step(self, queries, responses, scores, *, use_temperature=True, ref
     self.model.train(dropout_on)
     with torch.no_grad():
         old_logprobs, logits, values, masks = forward(self.model, queries, responses, True)
+        length_masks = masks
+        masks = _ref.model_token_masks(masks, responses, rollout_tool_masks)
         entropy = _ref.masked_mean(_ref.entropy_from_logits(logits), masks)
     with torch.enable_grad() if ref_grad else torch.no_grad():
         ref_logprobs, ref_logits, _, _ = forward(self.model if ref_is_policy else self.ref_model, queries, responses,
@@ -810,6 +844,8 @@ def _trainer_step(self, queries, responses, scores, *, use_temperature=True, ref
         for idx in order.split(cfg.mini_batch_size):
             mq, mr = [queries[i] for i in idx.tolist()], [responses[i] for i in idx.tolist()]
             new_lp, new_logits, vpreds, mm = forward(self.model, mq, mr, True)
+            if minibatch_tool_masks is not None:
+                mm = _ref.model_token_masks(mm, mr, [minibatch_tool_masks[i] for i in idx.tolist()])
             w = mm.shape[1]
             cliprange, cliprange_value = ((cfg.cliprange_value, cfg.cliprange) if cliprange_swap
                                           else (cfg.cliprange, cfg.cliprange_value))
@@ -831,9 +867,11 @@ def _trainer_step(self, queries, responses, scores, *, use_temperature=True, ref
     if update_kl:
         self.kl_ctl.update((_ref.masked_mean(kls, masks) if kl_token_mean else mean_kl).item(), batch)
     std = scores.std().item() if batch > 1 or std_of_one == "nan" else 0.0
+    stat_masks = masks if tool_masked_in_logprob_stats else length_masks
     out = {
         "objective/kl": mean_kl.item(), "objective/kl_coef": kl_coef, "objective/entropy": entropy.item(),
-        "objective/logprobs": old_logprobs.sum(1).mean().item(), "objective/ref_logprobs": ref_logprobs.sum(1).mean().item(),
+        "objective/logprobs": (old_logprobs * stat_masks).sum(1).mean().item(),
+        "objective/ref_logprobs": (ref_logprobs * stat_masks).sum(1).mean().item(),
         "ppo/mean_scores": scores.mean().item(), "ppo/std_scores": std,
         "ppo/mean_non_score_reward": non_score.sum(1).mean().item(), "tokens/responses_len_mean": masks.sum(1).mean().item(),
     }
@@ -845,91 +883,126 @@ def _trainer_step(self, queries, responses, scores, *, use_temperature=True, ref
 
 @part3("PPOTrainer", "temperature_forgotten", "the forward passes forgot the sampling temperature (logits not divided by it)")
 class TrainerNoTemperature(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
-        return _trainer_step(self, queries, responses, scores, use_temperature=False)
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, use_temperature=False)
 
 
 @part3("PPOTrainer", "reference_is_the_policy", "the reference log-probs were computed with the policy, so the KL is always 0")
 class TrainerRefIsPolicy(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
-        return _trainer_step(self, queries, responses, scores, ref_is_policy=True)
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, ref_is_policy=True)
 
 
 @part3("PPOTrainer", "kl_controller_not_updated", "self.kl_ctl.update was never called, so β never adapts")
 class TrainerNoKLUpdate(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
-        return _trainer_step(self, queries, responses, scores, update_kl=False)
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, update_kl=False)
 
 
 @part3("PPOTrainer", "dropout_left_on", "the policy was left in train mode: dropout makes the log-probs random")
 class TrainerDropout(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
-        return _trainer_step(self, queries, responses, scores, dropout_on=True)
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, dropout_on=True)
 
 
 @part3("PPOTrainer", "minibatches_not_shuffled", "the minibatches were taken in order instead of from a permutation drawn from self.generator")
 class TrainerNoShuffle(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
-        return _trainer_step(self, queries, responses, scores, shuffle=False)
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, shuffle=False)
 
 
 @part3("PPOTrainer", "kl_penalty_kind_ignored", "config.kl_penalty was ignored (the default 'kl' estimator was always used)")
 class TrainerKindIgnored(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
-        return _trainer_step(self, queries, responses, scores, kind_ignored=True)
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, kind_ignored=True)
 
 
 @part3("PPOTrainer", "gradient_never_clipped", "the gradient norm was never clipped to config.max_grad_norm")
 class TrainerNoClip(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
-        return _trainer_step(self, queries, responses, scores, clip=None)
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, clip=None)
 
 
 @part3("PPOTrainer", "clipped_when_max_grad_norm_is_none",
        "the gradient was clipped to a default norm of 1 when config.max_grad_norm is None (None means no clipping)")
 class TrainerClipsNone(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
-        return _trainer_step(self, queries, responses, scores, clip="default_when_none")
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, clip="default_when_none")
 
 
 @part3("PPOTrainer", "clipranges_swapped", "cliprange and cliprange_value were passed to ppo_loss in each other's place")
 class TrainerClipRangesSwapped(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
-        return _trainer_step(self, queries, responses, scores, cliprange_swap=True)
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, cliprange_swap=True)
 
 
 @part3("PPOTrainer", "entropy_bonus_added_to_loss",
        "ent_coef · entropy was added to the loss (it is a bonus: subtract it from the loss we minimise)")
 class TrainerEntropyAdded(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
-        return _trainer_step(self, queries, responses, scores, entropy_sign=1.0)
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, entropy_sign=1.0)
 
 
 @part3("PPOTrainer", "kl_controller_fed_token_mean",
        "the KL controller was given the mean KL per token instead of the mean per-sequence KL (sum over tokens)")
 class TrainerTokenMeanKL(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
-        return _trainer_step(self, queries, responses, scores, kl_token_mean=True)
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, kl_token_mean=True)
 
 
 @part3("PPOTrainer", "std_of_one_score_is_nan",
        "ppo/std_scores is NaN for a batch of one (the unbiased std of one number; the docstring asks for 0.0)")
 class TrainerStdNaN(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
-        return _trainer_step(self, queries, responses, scores, std_of_one="nan")
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, std_of_one="nan")
 
 
 @part3("PPOTrainer", "stats_are_tensors", "the stats are returned as tensors instead of Python floats")
 class TrainerTensorStats(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
-        return _trainer_step(self, queries, responses, scores, stats_as_tensors=True)
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, stats_as_tensors=True)
 
 
 @part3("PPOTrainer", "reference_run_with_grad",
        "the reference model ran with autograd on (outside torch.no_grad()), building a graph nobody uses")
 class TrainerRefWithGrad(_ref.PPOTrainer):
-    def step(self, queries, responses, scores):
-        return _trainer_step(self, queries, responses, scores, ref_grad=True)
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, ref_grad=True)
+
+
+@part3("PPOTrainer", "response_masks_ignored",
+       "response_masks were ignored: the tool's tokens were trained on as if the policy had written them (their "
+       "log-prob ratio, KL charge and advantage all counted), and the score went on the response's last token "
+       "even when a tool wrote it")
+class TrainerIgnoresToolMasks(_ref.PPOTrainer):
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, tool_masked_in_rollout=False,
+                             tool_masked_in_minibatch=False, tool_masked_in_logprob_stats=False)
+
+
+@part3("PPOTrainer", "response_masks_only_in_the_loss",
+       "response_masks were applied to the minibatches' masks (the loss) but not to the rollout's: the KL charge, "
+       "the score's position, the advantages and the stats still counted the tool's tokens")
+class TrainerToolMasksOnlyInLoss(_ref.PPOTrainer):
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, tool_masked_in_rollout=False,
+                             tool_masked_in_logprob_stats=False)
+
+
+@part3("PPOTrainer", "response_masks_only_in_the_rollout",
+       "response_masks were applied to the rollout's masks but not to the minibatches' forward passes: the loss "
+       "still took the ratio (and the value error) of the tool's tokens")
+class TrainerToolMasksOnlyInRollout(_ref.PPOTrainer):
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, tool_masked_in_minibatch=False)
+
+
+@part3("PPOTrainer", "logprob_stats_count_tool_tokens",
+       "objective/logprobs and objective/ref_logprobs summed every real token, the tool's included (sum over the "
+       "policy's tokens: multiply by the masks)")
+class TrainerLogprobStatsUnmasked(_ref.PPOTrainer):
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, tool_masked_in_logprob_stats=False)
 
 
 @part3("batched_forward_pass", "mask_from_token_ids",

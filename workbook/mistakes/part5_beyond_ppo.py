@@ -217,6 +217,24 @@ def grpo_loss_unmasked(logprobs, old_logprobs, ref_logprobs, advantages, mask, c
                  reduce=reduce)
 
 
+@part5("grpo_loss", "length_from_the_last_real_token",
+       "n_b, the number of real tokens of row b, was taken as the position of its last real token + 1 (a response's "
+       "length): the same for right-padded masks, but a row with masked-out tokens inside it (a tool's, in Part 9) "
+       "is divided by too many tokens")
+def grpo_loss_length_to_last(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange=0.2, beta=0.04,
+                             normalisation="sequence", max_len=None):
+    def reduce(x, m, norm, max_len):
+        if norm == "sequence":
+            positions = torch.arange(1, m.shape[1] + 1, dtype=m.dtype)
+            lengths = (positions * (m > 0)).max(dim=1).values
+            return ((x * m).sum(dim=1) / lengths).mean()
+        if norm == "token":
+            return (x * m).sum() / m.sum()
+        return (x * m).sum() / (x.shape[0] * max_len)
+    return _grpo(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange, beta, normalisation, max_len,
+                 reduce=reduce)
+
+
 @part5("grpo_loss", "advantage_clipped", "the advantage was clipped to [1 − ε, 1 + ε] instead of the ratio")
 def grpo_loss_clip_adv(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange=0.2, beta=0.04,
                        normalisation="sequence", max_len=None):
