@@ -292,3 +292,42 @@ def test_greedy_episodes_are_what_the_whole_prefix_recomputed_gives(tiny):
             best = logits.max(dim=-1).values
             chosen = logits.gather(1, r[:, None]).squeeze(1)
             assert (chosen[by_model] >= best[by_model] - 1e-4).all(), "a model token that the full recomputation does not pick"
+
+
+def test_a_hugging_face_models_cache_keeps_the_tools_tokens_in_context(tmp_path, monkeypatch):
+    """The HF adapter's ``kv_cache`` (a random tiny GPT-2): a tool reply after *every* model token
+    (the stop string made empty), left padding and rows that end at different steps; the distributions drawn
+    from equal those of the whole episode recomputed."""
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from workbook.hf.model import load_causal_lm
+    from workbook.hf.tiny import save_tiny_gpt2
+
+    lm, tok = load_causal_lm(str(save_tiny_gpt2(tmp_path / "gpt2")))
+    drawn = []
+    real = rollout_module._sample
+
+    def record(logits, temp, top_k, generator):
+        drawn.append(torch.log_softmax(logits / temp, dim=-1).clone())
+        return real(logits, temp, top_k, generator)
+
+    monkeypatch.setattr(rollout_module, "_sample", record)
+    monkeypatch.setattr(rollout_module, "STOP", "")  # every model token ends a turn: the tool answers each
+
+    def tool_reply(turn, calls, max_calls):  # replies of different lengths: the rows drift apart, some end early
+        return None if calls >= max_calls else "<result>" + "42" * (1 + len(turn) % 4) + "</result>"
+
+    impl = types.SimpleNamespace(tool_reply=tool_reply)
+    prompts = ["37*8*6:", "5*5*5:", "the food was good and", "it was"]
+    batch = episodes(lm, tok, prompts, impl=impl, max_calls=3, max_new_tokens=60)
+    for m, episode in zip(batch.by_model, batch.episodes):
+        replies = [len(tok.encode(text, add_bos=False)) for who, text in episode if who == "tool"]
+        assert m.tolist() == sum(([True] + [False] * n for n in replies), []) + [True], "model, reply, …, the call past the budget"
+    assert len({len(r) for r in batch.responses}) > 1
+    _, logits, _, _ = batched_forward_pass(sol5.LanguageModelPolicy(lm), batch.queries, batch.responses, temperature=1.0,
+                                           pad_id=tok.pad_id, return_logits=True)
+    fresh = torch.log_softmax(logits, dim=-1)
+    for b, response in enumerate(batch.responses):
+        for t in range(len(response)):
+            keep = fresh[b, t] > -1e3  # the adapter's never-sampled PAD column
+            torch.testing.assert_close(drawn[t][b][keep], fresh[b, t][keep], atol=2e-4, rtol=0)
