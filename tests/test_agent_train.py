@@ -66,10 +66,10 @@ def run(tiny, args) -> dict:
     return train_reason(args, model=copy.deepcopy(model), tok=tok, progress=False)
 
 
-def spy_on_steps(monkeypatch) -> tuple[list[dict], list]:
-    """Record every RLVRTrainer.step's keyword arguments (and responses), and every rollout of the calculator task."""
+def spy_on_steps(monkeypatch, trainer=RLVRTrainer) -> tuple[list[dict], list]:
+    """Record every ``trainer.step``'s keyword arguments (and responses), and every rollout of the calculator task."""
     steps, rollouts = [], []
-    step, rollout = RLVRTrainer.step, CalculatorTask.rollout
+    step, rollout = trainer.step, CalculatorTask.rollout
 
     def recording_step(self, queries, responses, scores, **kw):
         steps.append({"responses": responses, **kw})
@@ -80,7 +80,7 @@ def spy_on_steps(monkeypatch) -> tuple[list[dict], list]:
         rollouts.append(batch)
         return batch
 
-    monkeypatch.setattr(RLVRTrainer, "step", recording_step)
+    monkeypatch.setattr(trainer, "step", recording_step)
     monkeypatch.setattr(CalculatorTask, "rollout", recording_rollout)
     return steps, rollouts
 
@@ -118,9 +118,9 @@ def test_each_algorithm_trains_on_the_calculator_and_logs_the_episodes(tiny, tmp
     assert any("tool" in t for s in samples for t in s["turns"])
 
 
-@pytest.mark.parametrize("algo", ["dapo", "gspo", "cispo"])
+@pytest.mark.parametrize("algo", ALGOS)
 def test_the_trainer_gets_the_rollouts_model_tokens(tiny, tmp_path, monkeypatch, algo):
-    steps, rollouts = spy_on_steps(monkeypatch)
+    steps, rollouts = spy_on_steps(monkeypatch, TRAINER_OF.get(algo, RLVRTrainer))
     run(tiny, tiny_args(tmp_path, algo))
     assert len(steps) == len(rollouts) == 2
     for kw, batch in zip(steps, rollouts):
