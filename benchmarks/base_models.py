@@ -14,7 +14,11 @@ cached) and measures what docs/base_models.md documents:
 - ``review`` (Parts 3 and 5): the held-out next-character loss;
 - ``addition`` and ``multiplication`` (Part 7): held-out pass@1 and pass@16 (256 addition / all
   189 multiplication problems × 16 samples at temperature 1) and the mistake profile of the
-  samples — right, a forgotten carry (a slip RL can remove), or anything else.
+  samples — right, a forgotten carry (a slip RL can remove), or anything else;
+- ``calculator`` (Part 9): held-out pass@1 and pass@16 with the tool and without it
+  (``pass1_no_tool``: the model writes its own results), and the mistake profile of the
+  episodes with the tool (right, an operand copied wrong, an answer from the head, a result
+  copied wrong into the answer, anything else).
 
 ``--shipped`` evaluates the shipped models instead (no pretraining): the same weights everywhere,
 so only the sampling's rounding differs. ``--write-shipped`` rebuilds the shipped files from seed 0
@@ -44,7 +48,7 @@ import torch  # noqa: E402
 from workbook.cli import add_seeds_option, make_parser, require, require_unique_seeds  # noqa: E402
 from workbook.runs import command  # noqa: E402
 
-TASKS = ("review", "addition", "multiplication")
+TASKS = ("review", "addition", "multiplication", "calculator")
 
 
 def cpu_name() -> str:
@@ -69,6 +73,8 @@ def measure(task: str, seed: int, shipped: bool, out: str | None) -> dict:
     import solutions.part7_reasoning as impl
 
     torch.set_num_threads(1)
+    if task == "calculator":
+        return measure_agent(seed, shipped, out)
     args = PretrainArgs() if task == "review" else REASONER_ARGS[task]
     args = dataclasses.replace(args, seed=seed, threads=1)
     t0 = time.perf_counter()
@@ -102,6 +108,40 @@ def measure(task: str, seed: int, shipped: bool, out: str | None) -> dict:
     return row
 
 
+def measure_agent(seed: int, shipped: bool, out: str | None) -> dict:
+    """Part 9's base model: pretrain (or load the shipped one), then pass@1/16 with the tool and without it."""
+    from workbook.agents.base import AGENT_ARGS, agent_pass_at_k, pretrain_agent
+    from workbook.agents.task import corpus_texts, make_problems, mistake_profile
+    from workbook.lm.model import load_checkpoint, save_checkpoint
+    from workbook.lm.pretrain import BASE_MODELS_DIR, encode_reviews, evaluate, shipped_base_models
+    import solutions.part7_reasoning as part7
+    import solutions.part9_agents as part9
+
+    args = dataclasses.replace(AGENT_ARGS, seed=seed, threads=1)
+    t0 = time.perf_counter()
+    if shipped:
+        model, tok, extra = load_checkpoint(BASE_MODELS_DIR / shipped_base_models()["calculator"]["file"])
+    else:
+        model, tok, stats = pretrain_agent(args, progress=False)
+        extra = {"task": "calculator", "args": {k: v for k, v in dataclasses.asdict(args).items() if k != "cache_dir"},
+                 "stats": stats}
+    row = {"task": "calculator", "seed": seed, "kernels": os.environ.get("ATEN_CPU_CAPABILITY", "native"),
+           "pretrain_s": round(time.perf_counter() - t0, 1)}
+    if out:
+        save_checkpoint(out, model, tok, extra=extra)
+    heldout = encode_reviews(corpus_texts(args.n_heldout, args.seed + 1_000_003), tok)
+    row["heldout_loss"] = round(evaluate(model, heldout, tok.pad_id), 4)
+    problems = make_problems("eval", 256)
+    for tool, suffix in ((True, ""), (False, "_no_tool")):
+        table = agent_pass_at_k(model, tok, problems, part9, part7, n=16, seed=0, tool=tool)
+        row[f"pass1{suffix}"] = round(table["pass@k"][1], 4)
+        row[f"pass16{suffix}"] = round(table["pass@k"][16], 4)
+        if tool:
+            prompts = [p.prompt for p in problems for _ in range(16)]
+            row |= {k: round(v, 4) for k, v in mistake_profile(prompts, table["rollout"].completions).items()}
+    return row
+
+
 def run_worker(task: str, seed: int, kernels: str, shipped: bool, out: str | None) -> dict:
     """``measure`` in a fresh process with ``ATEN_CPU_CAPABILITY`` set (it is read once, when torch loads)."""
     env = dict(os.environ)
@@ -127,7 +167,12 @@ def write_shipped(rows: list[dict], files: dict[str, Path]) -> None:
         task = row["task"]
         target = BASE_MODELS_DIR / f"{task}.pt"
         target.write_bytes(files[task].read_bytes())
-        key = PretrainArgs().cache_key() if task == "review" else reasoner_cache_key(task, REASONER_ARGS[task])
+        if task == "calculator":
+            from workbook.agents.base import AGENT_ARGS, agent_cache_key
+
+            key = agent_cache_key(AGENT_ARGS)
+        else:
+            key = PretrainArgs().cache_key() if task == "review" else reasoner_cache_key(task, REASONER_ARGS[task])
         manifest[task] = {"file": target.name, "sha256": file_sha256(target), "cache_key": key,
                           "built_with": {"torch": torch.__version__, "kernels": row["kernels"],
                                          "machine": cpu_name(), "seed": row["seed"]},
@@ -144,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     p = make_parser("benchmarks/base_models.py", __doc__.split("\n\n")[0])
     p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, metavar="TASK",
-                   help="review, addition, multiplication (default: all three)")
+                   help="review, addition, multiplication, calculator (default: all four)")
     add_seeds_option(p, [0], "pretraining seeds (ignored with --shipped)")
     p.add_argument("--kernels", nargs="+", default=["native"], choices=KERNELS, metavar="K",
                    help="ATEN_CPU_CAPABILITY values: native (unset), default, avx2, avx512 (default: native)")

@@ -520,7 +520,7 @@ def test_worked_example_agent_mask_matches_reference():
 
 
 def test_gae_across_a_tools_reply_is_the_formula_in_the_text():
-    """Part 3's GAE through a gap of g tool tokens: A_t = r_t - V_t + (γλ)^g (γ V_u + γλ A_u)."""
+    """Part 3's GAE skips a gap of g tool tokens: A_t = r_t + γ V_u − V_t + γλ A_u, as if the reply were not there."""
     part3 = importlib.import_module("solutions.part3_rlhf")
     g, gamma, lam = 4, 0.9, 0.8
     mask = torch.tensor([[1.0] + [0.0] * g + [1.0, 1.0]])
@@ -529,7 +529,9 @@ def test_gae_across_a_tools_reply_is_the_formula_in_the_text():
     _, _, returns = part3.compute_advantages(values, rewards, mask, gamma, lam)
     raw = returns - values * mask  # the advantages before whitening, at the model's positions
     u = g + 1
-    expected = 0.1 - 0.3 + (gamma * lam) ** g * (gamma * 0.5 + gamma * lam * raw[0, u].item())
+    expected = 0.1 + gamma * 0.5 - 0.3 + gamma * lam * raw[0, u].item()
     assert abs(raw[0, 0].item() - expected) < 1e-5
+    through = 0.1 - 0.3 + (gamma * lam) ** g * (gamma * 0.5 + gamma * lam * raw[0, u].item())
+    assert abs(raw[0, 0].item() - through) > 0.1  # the formula the text warns about is another number
     assert returns[0, 1:u].abs().max() == 0  # the critic is not trained inside the reply
     assert "0.95^{20} \\approx 0.36" in doc() and abs(0.95 ** 20 - 0.36) < 0.005

@@ -148,7 +148,13 @@ def _episodes(lm, tok, queries: list[Tensor], out: dict, *, impl, max_new_tokens
         if not done[b] and turn[b]:
             turns[b].append(("model", turn[b]))
         if waiting[b]:  # the token budget ran out inside the tool's reply: show what was fed
-            turns[b][-1] = ("tool", tok.decode(reply_ids[b][:len(reply_ids[b]) - len(waiting[b])]))
+            fed = len(reply_ids[b]) - len(waiting[b])
+            if fed:
+                turns[b][-1] = ("tool", tok.decode(reply_ids[b][:fed]))
+            else:  # it ran out on the model's </calc>: the reply never reached the model, so no call was made
+                _, reply = turns[b].pop()
+                calls[b] -= 1
+                invalid[b] -= "error:" in reply
         out["responses"].append(torch.tensor(tokens[b], dtype=torch.long, device=ids.device))
         out["masks"].append(torch.tensor(by_model[b], dtype=torch.bool))
         out["episodes"].append(turns[b])
