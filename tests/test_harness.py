@@ -14,7 +14,7 @@ import pytest
 import torch
 from jaxtyping import TypeCheckError
 
-from workbook.checking import compare, known_mistake
+from workbook.checking import compare, first_mismatch, known_mistake
 from workbook.grading import FAILING, NOT_STARTED, PASSING, TIMED_OUT, aggregate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,6 +57,15 @@ def test_compare_checks_shape_dtype_then_values():
     keys = compare({"a": 1.0, "b": 2.0, "x": 0.0}, {"a": 1.0, "b": 2.0, "y": 0.0, "z": 0.0})
     assert "missing ['y', 'z']; unexpected ['x']" in keys and "2 keys in common" in keys, keys
 
+
+
+def test_a_dtype_difference_alone_has_no_first_mismatch():
+    # A bool mask where a float32 one is due: the message says "dtype", and finding "the first differing
+    # element" (for the inputs at the mismatch) finds none instead of failing inside the harness.
+    mask = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
+    assert "dtype" in compare((mask.bool(), torch.tensor([False, True])), (mask, torch.tensor([False, True])))
+    assert first_mismatch((mask.bool(), torch.tensor([False, True])), (mask, torch.tensor([False, True]))) is None
+    assert first_mismatch(mask.bool().float() + torch.tensor([[0.0, 1.0], [0.0, 0.0]]), mask)[0] == (0, 1)
 
 def test_known_mistake_rejects_a_typo():
     with pytest.raises(KeyError):

@@ -177,7 +177,10 @@ def first_mismatch(got: Any, expected: Any, *, rtol: float = DEFAULT_RTOL, atol:
     if isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor):
         if got.shape != expected.shape or got.dim() == 0 or compare(got, expected, rtol=rtol, atol=atol) is None:
             return None
-        return _first_bad(got.detach().cpu(), expected.detach().cpu(), rtol, atol), "", tuple(got.shape)
+        got, expected = got.detach().cpu(), expected.detach().cpu()
+        if torch.isclose(got.double(), expected.double(), rtol=rtol, atol=atol, equal_nan=True).all():
+            return None  # equal values of another dtype (a bool mask for a float one): no element differs
+        return _first_bad(got, expected, rtol, atol), "", tuple(got.shape)
     if isinstance(expected, (tuple, list)) and isinstance(got, (tuple, list)) and len(got) == len(expected):
         pairs = [(f"[{i}]", g, e) for i, (g, e) in enumerate(zip(got, expected))]
     elif isinstance(expected, dict) and isinstance(got, dict) and set(got) == set(expected):

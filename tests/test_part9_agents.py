@@ -1,0 +1,663 @@
+"""Tests for Part 9 (exercises/part9_agents.py): the tool call, the safe calculator, the environment's turn, the loss mask.
+
+Run: ``pytest tests/test_part9_agents.py`` (your code) or add ``--impl=solutions``.
+Strings are compared with the reference on named cases and on hypothesis-generated ones (tag
+fragments, the calculator's alphabet and beyond, expressions drawn from the grammar with an
+independent oracle); every bound of the calculator is tried exactly at its limit and one past
+it. The calculator runs with ``eval``, ``exec`` and ``compile`` booby-trapped, and each call is
+timed in CPU seconds: hostile strings must come back as errors in milliseconds. A wrong answer
+names the known mistake it looks like (workbook/mistakes/part9_agents.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import random
+import sys
+import time
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workbook.checking import WrongAnswer, check_call, check_exercise, describe_call, explain, known_mistake, matching_mistakes
+
+PART = "part9_agents"
+POINTS = {
+    "parse_tool_call": 1,
+    "calculate": 3,
+    "tool_reply": 1,
+    "agent_loss_mask": 2,
+}
+HYPOTHESIS = settings(max_examples=150, deadline=None, derandomize=True)
+CPU_LIMIT_S = 0.05
+"""Most CPU time one calculate() call may take. The docstring promises microseconds; 50 ms is a
+thousand times that, and a tenth of what a pure-Python scan of a million characters costs."""
+
+
+def mistake(exercise: str, name: str) -> str:
+    return known_mistake(PART, exercise, name)
+
+
+def diagnose(exercise: str, got, *args) -> list[str]:
+    def run(fn):
+        with no_eval():
+            try:
+                return fn(*args)
+            except EvalCalled:  # a mistake that evals cannot run here (it might be 9**9**9): it matches nothing
+                raise RuntimeError("eval") from None
+    return matching_mistakes(PART, exercise, run, got, rtol=0, atol=0)
+
+
+def short(text: str, n: int = 60) -> str:
+    return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text):,} characters)"
+
+
+# --- eval, exec and compile booby-trapped --------------------------------------------------
+
+class EvalCalled(BaseException):
+    """Raised by eval/exec/compile inside calculate(); a BaseException, so ``except Exception`` does not hide it."""
+
+
+@contextlib.contextmanager
+def no_eval():
+    """Make eval, exec, compile (to code) and ast.literal_eval raise while the learner's code runs.
+
+    Still allowed: compiling for an import (a module loaded for the first time) and ``ast.parse``
+    (compile to a tree only): walking a syntax tree is a parser, not an evaluation."""
+    saved = {name: getattr(builtins, name) for name in ("eval", "exec", "compile")}
+    saved_literal_eval = ast.literal_eval
+    calls = []
+
+    def trap(name):
+        def trapped(*args, **kwargs):
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            flags = args[3] if len(args) > 3 else kwargs.get("flags", 0)
+            tree_only = name == "compile" and caller == "ast" and flags & ast.PyCF_ONLY_AST
+            if caller.startswith("importlib") or tree_only:
+                return saved[name](*args, **kwargs)
+            calls.append(name)
+            raise EvalCalled(name)
+        return trapped
+
+    def literal_eval(*args, **kwargs):
+        calls.append("ast.literal_eval")
+        raise EvalCalled("ast.literal_eval")
+
+    for name in saved:
+        setattr(builtins, name, trap(name))
+    ast.literal_eval = literal_eval
+    try:
+        yield calls
+    finally:
+        for name, fn in saved.items():
+            setattr(builtins, name, fn)
+        ast.literal_eval = saved_literal_eval
+
+
+def run_calculate(impl, expression: str) -> tuple[str, float]:
+    """The learner's calculate(expression) and its CPU seconds; eval, an exception or a non-string fails."""
+    call = f"calculate({short(expression)})"
+    with no_eval() as calls:
+        start = time.process_time()
+        try:
+            out = impl.calculate(expression)
+        except NotImplementedError:
+            raise
+        except EvalCalled as e:
+            calls.append(str(e))
+            out = None
+        except Exception as e:  # noqa: BLE001 - any exception is the bug under test
+            raise WrongAnswer(explain(call, f"raised {type(e).__name__}: {str(e)[:200]} — the tool must never raise: "
+                                            "every failure is an error string the model reads",
+                                      [mistake("calculate", "raises_on_bad_input")])) from None
+        elapsed = time.process_time() - start
+    if calls:
+        raise WrongAnswer(explain(call, f"called {calls[0]}() — the policy's text is untrusted code: parse it, never "
+                                        "evaluate it with eval/exec/compile/ast.literal_eval",
+                                  [mistake("calculate", "eval_based")]))
+    if not isinstance(out, str):
+        raise WrongAnswer(explain(call, f"expected a str, got {type(out).__name__} ({out!r:.80})"))
+    return out, elapsed
+
+
+def calculate_fast(impl, expression: str) -> str:
+    """run_calculate, failing when the call takes more than CPU_LIMIT_S (the best of three tries)."""
+    out, elapsed = run_calculate(impl, expression)
+    for _ in range(2):  # a slow first call may be the machine's fault (a page fault, a GC): try again
+        if elapsed <= CPU_LIMIT_S:
+            break
+        out, again = run_calculate(impl, expression)
+        elapsed = min(elapsed, again)
+    if elapsed > CPU_LIMIT_S:
+        labels = [mistake("calculate", "length_checked_last")] if len(expression) > 32 else []
+        raise WrongAnswer(explain(f"calculate({short(expression)})",
+                                  f"took {elapsed * 1000:.0f} ms of CPU time (best of three); the limit is "
+                                  f"{CPU_LIMIT_S * 1000:.0f} ms — no input may cost more than microseconds "
+                                  "(the length is checked before anything else)", labels))
+    return out
+
+
+def is_error(text: str) -> bool:
+    return text.startswith("error: ")
+
+
+def expect_calculate(impl, expression: str, expected: str | None) -> None:
+    """``expected`` a value's text, or None for an error (only the "error: " prefix is read)."""
+    got = calculate_fast(impl, expression)
+    right = is_error(got) if expected is None else got == expected
+    if not right:
+        want = 'an error (a string starting with "error: ")' if expected is None else repr(expected)
+        raise WrongAnswer(explain(f"calculate({short(expression)})", f"expected {want}, got {got!r:.100}",
+                                  diagnose("calculate", got, expression)))
+
+
+# --- parse_tool_call ----------------------------------------------------------------------
+
+PARSE_CASES = [
+    ("<calc>37*8</calc>", "37*8"),
+    ("let me see <calc>37*8</calc>", "37*8"),            # text before the call is the model's business
+    ("<calc>1+<calc>2*3</calc>", "2*3"),                  # the last opening tag
+    ("<calc></calc>", ""),                                # an empty call: calculate() says what is wrong
+    ("37*8</calc>", None),                                # no opening tag
+    ("<calc>37*8", None),                                 # not ending with the closing tag
+    ("</calc>", None),
+    ("", None),
+    ("<calc>1</calc><calc>2</calc>", "2"),                # two calls in one turn: the one it ends with
+    ("<result>296</result><calc>296*6</calc>", "296*6"),
+    ("<calc> 37 * 8 </calc>", " 37 * 8 "),                # untouched: no stripping
+    ("<calc>\t1+1\n</calc>", "\t1+1\n"),
+    ("<calc>1\n+2</calc>", "1\n+2"),                      # a line break inside the call
+    ("<calc>1</calc><calc>2\n3</calc>", "2\n3"),
+    ("<calc>1</calc> ", None),                            # a space after the closing tag: not the end
+    ("<calc>1</calc>\n", None),                           # nor a line break
+    ("<calc>1</calc>x", None),
+    ("<calc>1</calc>2</calc>", "1</calc>2"),              # a </calc> in the middle belongs to nothing
+    ("<calc>1<2</calc>", "1<2"),
+    ("<calc<calc>5</calc>", "5"),
+    ("<calc</calc>", None),                               # a broken opening tag is no tag
+    ("calc>5</calc>", None),
+    ("<CALC>5</CALC>", None),                             # tags are case-sensitive
+    ("<calc>٣+²</calc>", "٣+²"),                          # not the parser's job to judge
+    ("<calc><calc></calc>", ""),
+    ("<calc>__import__('os')</calc>", "__import__('os')"),
+    ("<calc>" + "9" * 5000 + "</calc>", "9" * 5000),
+]
+
+
+def run_parse(impl, turn: str):
+    try:
+        return impl.parse_tool_call(turn)
+    except NotImplementedError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any exception is the bug under test
+        raise WrongAnswer(explain(f"parse_tool_call({short(turn)})",
+                                  f"raised {type(e).__name__}: {e} — it runs on whatever a policy writes: never raise",
+                                  [mistake("parse_tool_call", "raises_without_a_tag")])) from None
+
+
+def expect_parse(impl, turn: str, expected: str | None) -> None:
+    got = run_parse(impl, turn)
+    if got != expected or type(got) is not type(expected):
+        raise WrongAnswer(explain(f"parse_tool_call({short(turn)})", f"expected {expected!r:.80}, got {got!r:.80}",
+                                  diagnose("parse_tool_call", got, turn)))
+
+
+@pytest.mark.exercise("parse_tool_call")
+@pytest.mark.parametrize("turn,expected", PARSE_CASES, ids=[f"case{i}" for i in range(len(PARSE_CASES))])
+def test_parse_tool_call_cases(impl, ref, turn, expected):
+    assert ref.parse_tool_call(turn) == expected  # the table is the docstring's; the reference agrees
+    expect_parse(impl, turn, expected)
+
+
+TAG_FRAGMENTS = ["<calc>", "</calc>", "<calc", "calc>", "</calc", "</", "<", ">", "/", "37*8", "1", "+", " ", "\n",
+                 "٣", "<result>", "</result>", "x"]
+TURNS = st.one_of(st.text(max_size=40), st.lists(st.sampled_from(TAG_FRAGMENTS), max_size=10).map("".join),
+                  st.lists(st.sampled_from(TAG_FRAGMENTS), max_size=6).map(lambda f: "".join(f) + "</calc>"))
+
+
+@pytest.mark.exercise("parse_tool_call")
+@HYPOTHESIS
+@given(turn=TURNS)
+def test_parse_tool_call_never_raises_and_keeps_the_text_between_the_tags(impl, ref, turn):
+    got = run_parse(impl, turn)
+    expected = ref.parse_tool_call(turn)
+    # The docstring's rule, independently of the reference: a call is there iff the turn ends with the closing
+    # tag and an opening tag comes before it; then turn == anything + <calc> + got + </calc>, got holding no <calc>.
+    body = turn[:-len("</calc>")] if turn.endswith("</calc>") else None
+    rule = None if body is None or "<calc>" not in body else body.rsplit("<calc>", 1)[1]
+    assert expected == rule, "the reference disagrees with its docstring"
+    if got != expected or type(got) is not type(expected):
+        raise WrongAnswer(explain(f"parse_tool_call({short(turn)})", f"expected {expected!r:.80}, got {got!r:.80}",
+                                  diagnose("parse_tool_call", got, turn)))
+
+
+# --- calculate: values --------------------------------------------------------------------
+
+VALUES = [
+    ("37*8", "296"), ("296*6", "1776"), ("0", "0"), ("7", "7"),
+    ("007", "7"), ("000", "0"), ("0*5", "0"), ("08+09", "17"),          # leading zeros are allowed
+    ("2+3*4", "14"), ("2*3+4", "10"), ("(2+3)*4", "20"), ("2*(3+4)", "14"),   # * binds tighter
+    ("2*3+4*5", "26"), ("100-10*10", "0"), ("8-2*3-1", "1"), ("2*3*4", "24"),
+    ("10-2-3", "5"), ("1-2-3", "-4"), ("10-(2-3)", "11"), ("2-3+4", "3"),    # left-associative
+    ("1-(2-(3-(4-5)))", "3"), ("3-5", "-2"), ("5-5", "0"), ("0-0", "0"),
+    ("(((1)))", "1"), ("(0)", "0"), ("(7)*(6)", "42"), ("(1+2)*(3+4)-(5*6)", "-9"),
+    ("999999999", "999999999"), ("123456789*1000", "123456789000"), ("0-999999999", "-999999999"),
+    ("3-4*5", "-17"), ("2*0-1", "-1"),
+]
+
+
+@pytest.mark.exercise("calculate")
+def test_calculate_never_calls_eval(impl):
+    # Every calculate() call in this file runs with eval/exec/compile trapped; here on plain arithmetic first,
+    # where an eval-based calculator would otherwise look right.
+    for expression in ("37*8", "2+3*4", "10-2-3", "(1+2)*3"):
+        run_calculate(impl, expression)
+
+
+@pytest.mark.exercise("calculate")
+@pytest.mark.parametrize("expression,expected", VALUES, ids=[e for e, _ in VALUES])
+def test_calculate_values(impl, ref, expression, expected):
+    assert ref.calculate(expression) == expected
+    expect_calculate(impl, expression, expected)
+
+
+NOT_IN_THE_GRAMMAR = [
+    "", " ", "1 + 2", " 1", "1 ", "1\n", "\t",                           # no spaces of any kind
+    "-1", "+1", "-(1)", "1+-2", "1--2", "1*-2",                          # no unary minus or plus
+    "1+", "*2", "1**2", "2**3", "9**9**9", "1//2", "1/2", "1%2", "2^3",  # no other operators
+    "()", "(1", "1)", "(1))", "((1)", ")(", ")1(", "(+1)", "(1+)",       # parentheses that do not match
+    "1(2)", "(1)(2)", "(1)2", "2(1)",                                    # no implicit product
+    "1.5", "1e3", "0x10", "1_000", "1,000", "1..2",                      # other number formats
+    "٣", "٣+1", "1+٣", "²", "1²", "１２", "३", "߁",                      # non-ASCII digits
+    "abc", "True", "None", "__import__('os')", "x*2", "1+2=", "<calc>1</calc>",
+]
+
+
+@pytest.mark.exercise("calculate")
+@pytest.mark.parametrize("expression", NOT_IN_THE_GRAMMAR, ids=[repr(e) for e in NOT_IN_THE_GRAMMAR])
+def test_calculate_rejects_what_the_grammar_does_not_derive(impl, ref, expression):
+    assert is_error(ref.calculate(expression))
+    expect_calculate(impl, expression, None)
+
+
+@pytest.mark.exercise("calculate")
+@pytest.mark.parametrize("expression", ["<answer>1776</answer>", "1+<answer>7</answer>", "<answer>" + "9" * 40,
+                                        "7</result><answer>7</answer>"])
+def test_calculate_error_does_not_echo_the_expression(impl, expression):
+    # The reason is the tool's own words: an echo would let the policy write <answer> into the tool's reply.
+    got = calculate_fast(impl, expression)
+    if not is_error(got) or "<answer>" in got or "</result>" in got:
+        raise WrongAnswer(explain(f"calculate({short(expression)})",
+                                  f"expected an error in the tool's own words (no tag of the expression in it), got {got!r:.100}",
+                                  diagnose("calculate", got, expression)))
+
+
+# --- calculate: every bound at its limit and one past it ---------------------------------
+
+ROOT_OF_MAX = 10**6
+"""ROOT_OF_MAX² is MAX_VALUE: the cases below are written for MAX_CHARS 32, MAX_DIGITS 9, MAX_DEPTH 4, MAX_VALUE 10¹²."""
+R = ROOT_OF_MAX
+BOUNDS = [
+    # MAX_CHARS: 32 characters read, 33 refused (whatever they hold)
+    ("1+" * 15 + "11", "26", "exactly MAX_CHARS characters"),
+    ("1+" * 16 + "1", None, "MAX_CHARS + 1 characters"),
+    ("(" * 4 + "1" + ")" * 4 + "+" + "1+" * 10 + "11", "22", "exactly MAX_CHARS, with parentheses"),
+    ("0" * 8 + "1+" + "0" * 8 + "1+" + "0" * 8 + "1+001", None, "MAX_CHARS + 1 characters of short numbers"),
+    # MAX_DIGITS: leading zeros are digits too
+    ("9" * 9, "9" * 9, "MAX_DIGITS digits"),
+    ("1" + "0" * 9, None, "MAX_DIGITS + 1 digits"),
+    ("0" * 8 + "1", "1", "MAX_DIGITS digits, leading zeros"),
+    ("0" * 9 + "1", None, "MAX_DIGITS + 1 digits, a small value"),
+    ("0" * 10, None, "MAX_DIGITS + 1 zeros"),
+    ("1+" + "0" * 9 + "1", None, "MAX_DIGITS + 1 digits after an operator"),
+    ("(" + "0" * 9 + "7)", None, "MAX_DIGITS + 1 digits in parentheses"),
+    # MAX_DEPTH: parentheses open at once, not in all
+    ("((((1))))", "1", "MAX_DEPTH parentheses open at once"),
+    ("(((((1)))))", None, "MAX_DEPTH + 1 parentheses open at once"),
+    ("((((1+2)*3)))", "9", "MAX_DEPTH, closed in steps"),
+    ("((((1))))*((((2))))", "2", "MAX_DEPTH twice, one after the other"),
+    ("(1)+(2)+(3)+(4)+(5)+(6)", "21", "six pairs, one open at a time"),
+    ("((1)+(((2))))", "3", "MAX_DEPTH reached after a closed pair"),
+    ("1+(((((2)))))", None, "MAX_DEPTH + 1 after an operator"),
+    ("((((1)+((2)))))", None, "MAX_DEPTH + 1 reached in the second operand"),
+    # MAX_VALUE: the result and every value along the way (left to right)
+    (f"{R}*{R}", str(R * R), "a product of exactly MAX_VALUE"),
+    (f"{R}*{R}+1", None, "MAX_VALUE + 1"),
+    (f"0-{R}*{R}", str(-R * R), "exactly -MAX_VALUE"),
+    (f"0-{R}*{R}-1", None, "-MAX_VALUE - 1"),
+    (f"{R}*{R + 1}", None, "a product just past MAX_VALUE"),
+    (f"{R}*{R + 1}*0", None, "a product past MAX_VALUE on the way to 0"),
+    (f"{R}*{R}+1-1", None, "MAX_VALUE + 1 on the way back to MAX_VALUE"),
+    (f"{R}*{R}-1+1", str(R * R), "MAX_VALUE - 1, then MAX_VALUE: never past"),
+    (f"0-{R}*{R}-1+2", None, "-MAX_VALUE - 1 on the way"),
+    (f"({R}*{R + 1})-{R}", None, "past MAX_VALUE inside parentheses"),
+    (f"{2 * R}*{R}-{R}*{R}", None, "2 MAX_VALUE, then MAX_VALUE"),
+    ("999999999*999999999-1", None, "the docstring's example"),
+    ("999999*999999", "999998000001", "a product just under MAX_VALUE"),
+]
+
+
+@pytest.mark.exercise("calculate")
+@pytest.mark.parametrize("expression,expected", [(e, v) for e, v, _ in BOUNDS], ids=[why for _, _, why in BOUNDS])
+def test_calculate_bounds_at_and_past_each_limit(impl, ref, expression, expected):
+    assert (ref.MAX_CHARS, ref.MAX_DIGITS, ref.MAX_DEPTH, ref.MAX_VALUE) == (32, 9, 4, ROOT_OF_MAX**2)
+    assert len(expression) <= ref.MAX_CHARS or len(expression) == ref.MAX_CHARS + 1
+    ref_out = ref.calculate(expression)
+    assert (is_error(ref_out) if expected is None else ref_out == expected), (expression, ref_out)
+    expect_calculate(impl, expression, expected)
+
+
+# --- calculate: hostile strings, quickly --------------------------------------------------
+
+HOSTILE = {
+    "__import__('os')": "__import__('os')",
+    "__import__('os').system('ls')": "__import__('os').system('ls')",
+    "9**9**9": "9**9**9",
+    "10,000 nested parentheses": "(" * 10_000 + "1" + ")" * 10_000,
+    "10,000 open parentheses": "(" * 10_000,
+    "a million digits": "9" * 10**6,
+    "ten million digits": "7" * 10**7,
+    "a million digits, then junk": "1" * 10**6 + "x",
+    "half a million additions": "1+" * 500_000 + "1",
+    "a million-digit product": "9" * 10**6 + "*" + "9" * 10**6,
+    "'٣'": "٣",
+    "'²'": "²",
+    "'٣٣٣*٣'": "٣٣٣*٣",
+    "4999 digits (int()'s limit is 4300)": "8" * 4999,
+    "a 33-character product": "999999999*999999999*999999999*99",
+}
+
+
+@pytest.mark.exercise("calculate")
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_calculate_returns_an_error_quickly_on_hostile_strings(impl, ref, name):
+    expression = HOSTILE[name]
+    assert is_error(ref.calculate(expression))
+    got = calculate_fast(impl, expression)
+    if not is_error(got):
+        raise WrongAnswer(explain(f"calculate({short(expression)})", f"expected an error, got {got!r:.100}",
+                                  diagnose("calculate", got, expression) if len(expression) <= 40 else []))
+
+
+# --- calculate: generated strings ---------------------------------------------------------
+
+ALPHABET = list("0123456789+-*()") * 3 + [" ", "/", "٣", "²", "x", "\n", ".", "**"]
+TEXTS = st.one_of(st.lists(st.sampled_from(ALPHABET), max_size=40).map("".join), st.text(max_size=40))
+
+
+def derivation(rng: random.Random, depth: int = 0, nest: float = 0.25, small: bool = False) -> tuple[str, int, int, int, int]:
+    """A random derivation of the grammar: (text, value, largest |value| along the way, deepest nesting, longest number).
+
+    Values are computed left to right as the grammar reads them, so "along the way" is every partial
+    sum and product, and every number. ``small``: short numbers and few operands, so that deep
+    nesting fits in MAX_CHARS."""
+    def factor():
+        if depth < 6 and rng.random() < nest:
+            text, value, worst, deep, digits = derivation(rng, depth + 1, nest, small)
+            return f"({text})", value, worst, deep + 1, digits
+        kind = rng.random()
+        if small:
+            kind = 1.0 if kind < 0.1 else 0.0
+        number = (str(rng.randint(0, 20)) if kind < 0.4 else str(rng.randint(0, 10**6)) if kind < 0.8
+                  else "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 11))))
+        return number, int(number), int(number), 0, len(number)
+
+    def term():
+        text, value, worst, deep, digits = factor()
+        for _ in range(rng.choice([0, 0, 0, 1] if small else [0, 0, 1, 2])):
+            t, v, w, d, n = factor()
+            text, value = f"{text}*{t}", value * v
+            worst, deep, digits = max(worst, w, abs(value)), max(deep, d), max(digits, n)
+        return text, value, worst, deep, digits
+
+    text, value, worst, deep, digits = term()
+    for _ in range(rng.choice([0, 0, 1] if small else [0, 1, 1, 2, 3])):
+        op = rng.choice("+-")
+        t, v, w, d, n = term()
+        text, value = f"{text}{op}{t}", value + v if op == "+" else value - v
+        worst, deep, digits = max(worst, w, abs(value)), max(deep, d), max(digits, n)
+    return text, value, worst, deep, digits
+
+
+@pytest.mark.exercise("calculate")
+@HYPOTHESIS
+@given(text=TEXTS)
+def test_calculate_never_raises_and_agrees_with_the_reference_on_any_text(impl, ref, text):
+    got = calculate_fast(impl, text)
+    expected = ref.calculate(text)
+    if (is_error(got), got if not is_error(got) else None) != (is_error(expected), expected if not is_error(expected) else None):
+        raise WrongAnswer(explain(f"calculate({short(text)})", f"expected {expected!r}, got {got!r:.100}",
+                                  diagnose("calculate", got, text)))
+
+
+@pytest.mark.exercise("calculate")
+@settings(max_examples=300, deadline=None, derandomize=True)  # cheap: a derivation costs microseconds
+@given(seed=st.integers(0, 2**32 - 1))
+def test_calculate_on_expressions_of_the_grammar(impl, ref, seed):
+    # An oracle from the docstring alone: a derivation of the grammar is an error exactly when a bound is broken.
+    rng = random.Random(seed)
+    text, value, worst, deep, digits = derivation(rng, nest=0.7, small=True) if seed % 2 else derivation(rng)
+    broken = (len(text) > ref.MAX_CHARS or digits > ref.MAX_DIGITS or deep > ref.MAX_DEPTH or worst > ref.MAX_VALUE)
+    expected = None if broken else str(value)
+    ref_out = ref.calculate(text)
+    assert (is_error(ref_out) if broken else ref_out == expected), (text, ref_out, expected)
+    expect_calculate(impl, text, expected)
+
+
+# --- tool_reply ---------------------------------------------------------------------------
+
+def run_reply(impl, turn: str, calls_made: int, max_calls: int):
+    try:
+        return impl.tool_reply(turn, calls_made, max_calls)
+    except NotImplementedError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any exception is the bug under test
+        raise WrongAnswer(explain(describe_call("tool_reply", turn, calls_made, max_calls),
+                                  f"raised {type(e).__name__}: {e} — the environment answers every turn")) from None
+
+
+def expect_reply(impl, turn: str, calls_made: int, max_calls: int, expected: str | None, why: str) -> None:
+    got = run_reply(impl, turn, calls_made, max_calls)
+    if got != expected:
+        raise WrongAnswer(explain(describe_call("tool_reply", turn, calls_made, max_calls),
+                                  f"expected {expected!r} ({why}), got {got!r:.100}",
+                                  diagnose("tool_reply", got, turn, calls_made, max_calls)))
+
+
+@pytest.mark.exercise("tool_reply")
+@pytest.mark.parametrize("max_calls", [1, 2, 4])
+def test_tool_reply_answers_each_call_within_the_budget_and_none_after(impl, max_calls):
+    # The budget is checked before the call runs: calls 0 .. max_calls - 1 get their result, the next one None.
+    turn = "then <calc>296*6</calc>"
+    for made in range(max_calls):
+        expect_reply(impl, turn, made, max_calls, "<result>1776</result>", f"call {made + 1} of {max_calls}")
+    for made in (max_calls, max_calls + 1):
+        expect_reply(impl, turn, made, max_calls, None, f"{made} calls made: the budget of {max_calls} is spent")
+
+
+@pytest.mark.exercise("tool_reply")
+@pytest.mark.parametrize("turn", ["<calc>37*8</calc>", "37*8</calc>", "</calc>"])
+def test_tool_reply_with_max_calls_zero_refuses_every_call(impl, turn):
+    expect_reply(impl, turn, 0, 0, None, "max_calls = 0: the first call ends the episode")
+
+
+@pytest.mark.exercise("tool_reply")
+@pytest.mark.parametrize("turn", ["37*8</calc>", "</calc>", "calc>1+1</calc>", "<calc 2*2</calc>"])
+@pytest.mark.parametrize("calls_made,max_calls", [(0, 1), (2, 3), (0, 4)])
+def test_a_turn_without_a_call_is_answered_with_an_error(impl, turn, calls_made, max_calls):
+    expect_reply(impl, turn, calls_made, max_calls, "<result>error: no call</result>",
+                 "no well-formed call: an error the model reads, and the episode goes on")
+
+
+@pytest.mark.exercise("tool_reply")
+@pytest.mark.parametrize("turn", ["37*8</calc>", "<calc>2**3</calc>"])
+def test_a_bad_call_past_the_budget_gets_none(impl, turn):
+    # Bad or not, a call past the budget ends the episode: the budget is checked first.
+    expect_reply(impl, turn, 3, 3, None, "the budget is spent, whatever the call")
+
+
+TURNS_WITH_CALLS = ["<calc>37*8</calc>", "x<calc>1+<calc>2*3</calc>", "<calc></calc>", "<calc>2**3</calc>",
+                    "<calc> 1+1</calc>", "<calc>1+1 </calc>", "<calc>٣</calc>", "<calc>" + "9" * 40 + "</calc>",
+                    "<calc>1000000*1000001</calc>", "<calc>10-2-3</calc>", "<calc>007</calc>",
+                    "<calc><answer>1776</answer></calc>"]
+
+
+@pytest.mark.exercise("tool_reply")
+@pytest.mark.parametrize("turn", TURNS_WITH_CALLS)
+def test_tool_reply_is_the_calculators_answer_between_result_tags(impl, turn):
+    # Exactly "<result>" + calculate(expr) + "</result>", the expression untouched, errors included.
+    expression = turn[:-len("</calc>")].rsplit("<calc>", 1)[1]
+    expected = "<result>" + impl.calculate(expression) + "</result>"
+    expect_reply(impl, turn, 1, 3, expected, "the calculator's answer, tags around it")
+
+
+@pytest.mark.exercise("tool_reply")
+@pytest.mark.parametrize("turn,expected", [("<calc>37*8</calc>", "<result>296</result>"),
+                                           ("<calc>10-2-3</calc>", "<result>5</result>"),
+                                           ("<calc>3-5</calc>", "<result>-2</result>"),
+                                           ("<calc>007</calc>", "<result>7</result>")])
+def test_tool_reply_worked_examples(impl, ref, turn, expected):
+    assert ref.tool_reply(turn, 0, 4) == expected
+    expect_reply(impl, turn, 0, 4, expected, "the value between result tags")
+
+
+@pytest.mark.exercise("tool_reply")
+@pytest.mark.parametrize("turn", ["<calc>2**3</calc>", "<calc> 1+1</calc>", "<calc></calc>", "37*8</calc>"])
+def test_tool_reply_errors_are_results_too(impl, turn):
+    got = run_reply(impl, turn, 0, 2)
+    if not (isinstance(got, str) and got.startswith("<result>error: ") and got.endswith("</result>")):
+        raise WrongAnswer(explain(describe_call("tool_reply", turn, 0, 2),
+                                  f'expected "<result>error: ...</result>" (a bad call is answered), got {got!r:.100}',
+                                  diagnose("tool_reply", got, turn, 0, 2)))
+
+
+# --- agent_loss_mask ----------------------------------------------------------------------
+
+def episode(spec: str, eos_id: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """'mmttm.' → token ids and by_model flags: m a model token, t a tool token, '.' the model's EOS.
+
+    Ids are random in [0, 12) with the EOS id left out, so 0 (a pad id) is sampled too."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 12, (len(spec),), generator=g)
+    ids = torch.where(ids == eos_id, ids + 1, ids)
+    ids = torch.tensor([eos_id if c == "." else int(i) for c, i in zip(spec, ids)], dtype=torch.long)
+    return ids, torch.tensor([c != "t" for c in spec], dtype=torch.bool)
+
+
+SPECS = [
+    "mmmmtttmm.",      # call, result, answer, EOS
+    "mmtttmmtt",       # truncated: the tool's last token ends it
+    "mmmtttmmmmmm",    # truncated on a model token, the longest
+    ".",               # a one-token episode: the EOS alone
+    "m",               # a one-token episode, truncated
+    "mtmtmtmt.",       # alternating turns
+    "",                # empty: nothing written, truncated
+    "ttt.",            # the tool first (e.g. a reply fed before the model spoke)
+]
+
+
+def batch(eos_id: int, seed: int = 0, specs=SPECS):
+    pairs = [episode(s, eos_id, seed + i) for i, s in enumerate(specs)]
+    return [r for r, _ in pairs], [m for _, m in pairs]
+
+
+def expected_mask(specs, mask_truncated: bool) -> tuple[torch.Tensor, list[bool]]:
+    """The docstring's formula, written out from the specs."""
+    width = max(len(s) for s in specs)
+    truncated = [not s.endswith(".") for s in specs]
+    rows = [[float(t < len(s) and s[t] != "t" and not (mask_truncated and cut)) for t in range(width)]
+            for s, cut in zip(specs, truncated)]
+    return torch.tensor(rows, dtype=torch.float32), truncated
+
+
+def run_mask(impl, responses, by_model, eos_id, *rest, **kw):
+    call = describe_call("agent_loss_mask", responses, by_model, eos_id, *rest, **kw)
+    copies = ([r.clone() for r in responses], [m.clone() for m in by_model])
+    out = impl.agent_loss_mask(*copies, eos_id, *rest, **kw)
+    if any(not torch.equal(a, b) for a, b in zip(responses + by_model, copies[0] + copies[1])):
+        raise WrongAnswer(explain(call, "modified responses or by_model in place; treat inputs as read-only"))
+    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(x, torch.Tensor) for x in out)):
+        raise WrongAnswer(explain(call, f"expected a tuple (mask, truncated) of two tensors, got {out!r:.100}"))
+    return out, call
+
+
+@pytest.mark.exercise("agent_loss_mask")
+@pytest.mark.parametrize("eos_id", [2, 5])
+@pytest.mark.parametrize("mask_truncated", [True, False])
+def test_agent_loss_mask_matches_reference(impl, ref, eos_id, mask_truncated):
+    responses, by_model = batch(eos_id, seed=eos_id)
+    check_call(impl, ref, "agent_loss_mask", responses, by_model, eos_id, mask_truncated)
+
+
+@pytest.mark.exercise("agent_loss_mask")
+@pytest.mark.parametrize("mask_truncated", [True, False])
+@pytest.mark.parametrize("specs", [SPECS, ["mmtt", "m.", "mmttmm"], ["mmttm.", "."], ["."], ["tt"], ["mmmm"]],
+                         ids=["eight", "the tool ends the longest", "all finished", "one EOS", "only the tool", "one row"])
+def test_agent_loss_mask_is_the_model_tokens_of_finished_episodes(impl, specs, mask_truncated):
+    eos_id = 3
+    responses, by_model = batch(eos_id, seed=len(specs), specs=specs)
+    (mask, truncated), call = run_mask(impl, responses, by_model, eos_id, mask_truncated)
+    expected, cut = expected_mask(specs, mask_truncated)
+    problem = None
+    if mask.dtype != torch.float32 or tuple(mask.shape) != tuple(expected.shape):
+        problem = f"expected a float32 mask of shape {tuple(expected.shape)}, got {mask.dtype} {tuple(mask.shape)}"
+    elif truncated.dtype != torch.bool or truncated.tolist() != cut:
+        problem = f"expected truncated {cut} (bool: does the episode end with eos_id?), got {truncated.tolist()} {truncated.dtype}"
+    elif not torch.equal(mask, expected):
+        bad = (mask != expected).nonzero()[0].tolist()
+        problem = (f"expected mask {expected.tolist()}, got {mask.tolist()} (first difference at {bad}: the token is "
+                   f"{'the tool' if specs[bad[0]][bad[1]:bad[1] + 1] == 't' else 'the model'}'s"
+                   f"{', in a truncated episode' if cut[bad[0]] else ''})")
+    if problem:
+        raise WrongAnswer(explain(call + f" with episodes {specs} (m model, t tool, . the model's EOS)", problem,
+                                  diagnose("agent_loss_mask", (mask, truncated), responses, by_model, eos_id, mask_truncated)))
+
+
+@pytest.mark.exercise("agent_loss_mask")
+def test_agent_loss_mask_masks_truncated_episodes_by_default(impl, ref):
+    responses, by_model = batch(2)
+    check_exercise(impl, ref, "agent_loss_mask", lambda fn: fn([r.clone() for r in responses], [m.clone() for m in by_model], 2),
+                   call="agent_loss_mask(responses, by_model, 2) — the default mask_truncated=True")
+
+
+@pytest.mark.exercise("agent_loss_mask")
+def test_agent_loss_mask_worked_example(impl):
+    # The model calls, the tool answers, the model answers and stops; a second episode is cut off in the reply.
+    responses = [torch.tensor([7, 8, 9, 4, 4, 6, 2]), torch.tensor([7, 0, 9, 4])]
+    by_model = [torch.tensor([True, True, True, False, False, True, True]), torch.tensor([True, True, True, False])]
+    for mask_truncated, second in ((True, [0.0] * 7), (False, [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0])):
+        (mask, truncated), call = run_mask(impl, responses, by_model, 2, mask_truncated)
+        expected = torch.tensor([[1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0], second])
+        if truncated.tolist() != [False, True] or mask.dtype != torch.float32 or not torch.equal(mask, expected):
+            raise WrongAnswer(explain(call, f"expected truncated [False, True] and mask {expected.tolist()} (float32); "
+                                            f"got {truncated.tolist()} and {mask.tolist()} ({mask.dtype})",
+                                      diagnose("agent_loss_mask", (mask, truncated), responses, by_model, 2, mask_truncated)))
+
+
+@pytest.mark.exercise("agent_loss_mask")
+@pytest.mark.parametrize("case", ["fewer flags", "more flags", "fewer rows of flags", "more rows of flags"])
+def test_agent_loss_mask_rejects_flags_that_do_not_fit(impl, case):
+    responses, by_model = batch(2, specs=["mmt.", "mtm", "m."])
+    if case == "fewer flags":
+        by_model[1] = by_model[1][:-1]
+    elif case == "more flags":
+        by_model[0] = torch.cat([by_model[0], torch.tensor([True])])
+    elif case == "fewer rows of flags":
+        by_model = by_model[:-1]
+    else:
+        by_model = by_model + [torch.tensor([True])]
+    call = describe_call("agent_loss_mask", responses, by_model, 2)
+    try:
+        impl.agent_loss_mask(responses, by_model, 2)
+    except ValueError:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a TypeError from a shape check is not the documented error
+        raise WrongAnswer(explain(call, f"expected a ValueError ({case}), got {type(e).__name__}: {e}",
+                                  [mistake("agent_loss_mask", "lengths_not_checked")])) from None
+    raise WrongAnswer(explain(call, f"expected a ValueError ({case})", [mistake("agent_loss_mask", "lengths_not_checked")]))
