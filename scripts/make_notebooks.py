@@ -49,6 +49,7 @@ READING = {
     "part6_data_parallel": ([11], [8]),
     "part7_reasoning": ([13], [10, 9]),
     "part8_atari": ([14], [7, 9]),
+    "part9_agents": ([15], [13, 4]),
 }
 
 # The part's training command with a small default budget (None: the part has none to run from a notebook).
@@ -59,6 +60,7 @@ TRAIN = {
     "part5_beyond_ppo": ("rlhf", {"algo": "grpo", "iterations": 30}),
     "part7_reasoning": ("reason", {"iterations": 20}),
     "part8_atari": ("atari", {"total_timesteps": 20_000}),
+    "part9_agents": ("reason", {"task": "calculator", "iterations": 10}),
 }
 NO_TRAIN = {
     "part1_ppo_core": "Part 2 builds a CartPole agent from these functions (`notebooks/part2_cartpole.ipynb`), and "

@@ -15,7 +15,7 @@ COMMANDS = {
     "evaluate": ("workbook.evaluate", "evaluate (and --video) a saved agent: python -m workbook evaluate RUN_DIR"),
     "pretrain": ("workbook.lm.pretrain", "Part 3: pretrain the tiny review GPT (cached)"),
     "rlhf": ("workbook.loop.rlhf", "Part 3: RLHF 'write a positive review' end to end"),
-    "reason": ("workbook.loop.reasoning", "Part 7: RL with verifiable rewards on arithmetic (--algo dapo|grpo|...)"),
+    "reason": ("workbook.loop.reasoning", "Parts 7 and 9: RL with verifiable rewards on arithmetic (--algo dapo|grpo|...), and with a calculator tool (--task calculator)"),
     "main": ("workbook.main_job", "the main job: grade the reference, train CartPole, run RLHF"),
 }
 
