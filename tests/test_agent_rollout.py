@@ -257,14 +257,23 @@ def test_the_sampling_distribution_is_the_models_given_the_whole_episode(tiny, m
     each token was drawn from equals the one Part 3's ``batched_forward_pass`` computes afresh over
     query + response (the log-probs the trainers use), at every position, the model's and the tool's."""
     model, tok = tiny
-    drawn = []
+    drawn = []  # per step, {episode: the log-distribution it was drawn from}
+    rows = []   # the episodes in the cache's row order (finished ones leave the batch: KVCache.keep)
 
     def record(logits, temp, top_k, generator):
-        drawn.append(torch.log_softmax(logits / temp, dim=-1).clone())
+        if not rows:
+            rows.extend(range(logits.shape[0]))
+        lp = torch.log_softmax(logits / temp, dim=-1).clone()
+        drawn.append({b: lp[i] for i, b in enumerate(rows)})
         return real(logits, temp, top_k, generator)
 
-    real = rollout_module._sample
+    def keep(self, kept):
+        rows[:] = [rows[i] for i in kept.tolist()]
+        return real_keep(self, kept)
+
+    real, real_keep = rollout_module._sample, rollout_module.KVCache.keep
     monkeypatch.setattr(rollout_module, "_sample", record)
+    monkeypatch.setattr(rollout_module.KVCache, "keep", keep)
     prompts = [p.prompt for p in make_problems("train", 10, 3)] + ["5*5*5:", "123*45*6:"]  # three prompt lengths
     batch = episodes(model, tok, prompts, temperature=temperature)
     assert sum(batch.calls) > 0 and len({len(r) for r in batch.responses}) > 1, "tool replies, and rows that end early"
@@ -275,7 +284,7 @@ def test_the_sampling_distribution_is_the_models_given_the_whole_episode(tiny, m
         for t in range(len(response)):
             torch.testing.assert_close(drawn[t][b], fresh[b, t], atol=2e-4, rtol=0)
         model_lp = logprobs[b, :len(response)][batch.by_model[b]]
-        sampled = torch.stack([drawn[t][b, response[t]] for t in range(len(response))])[batch.by_model[b]]
+        sampled = torch.stack([drawn[t][b][response[t]] for t in range(len(response))])[batch.by_model[b]]
         torch.testing.assert_close(model_lp, sampled, atol=2e-4, rtol=0)
 
 

@@ -20,7 +20,9 @@ How (one batch of episodes, one forward step per token, the KV cache kept throug
    tokens enter the context exactly as the model's do, and no prefix is ever recomputed.
 
 Sampling draws the same random numbers whatever the environment does (a row that takes a tool's
-token still draws, and discards, a sample), so a seed gives the same episodes every time. The
+token still draws, and discards, a sample), so a seed gives the same episodes every time. As in
+``GPT.generate``, finished episodes leave the batch (and the GPT's cache) once they are a quarter
+of it, so the long tail of a batch runs small. The
 token budget ``max_new_tokens`` counts every token after the prompt, the tool's included; an
 episode that reaches it without EOS is cut off (truncated). With ``tool=False`` nothing stops at
 ``</calc>``: the model writes everything, its own ``<result>`` values included (the same model,
@@ -99,10 +101,12 @@ def _episodes(lm, tok, queries: list[Tensor], out: dict, *, impl, max_new_tokens
         calls, invalid = [0] * B, [0] * B
         done, finished = [False] * B, [False] * B
         text_of: dict[int, str] = {}
+        rows = list(range(B))  # the episodes still in the batch, in the cache's row order
+        shrink = isinstance(cache, KVCache)  # the GPT's cache can drop finished rows (a Hugging Face one keeps them)
         for _ in range(room):
             sampled = _sample(logits, temperature, None, generator).tolist()
             step, live = [], []
-            for b in range(B):
+            for i, b in enumerate(rows):
                 if done[b]:
                     step.append(tok.pad_id)
                     live.append(False)
@@ -114,7 +118,7 @@ def _episodes(lm, tok, queries: list[Tensor], out: dict, *, impl, max_new_tokens
                     tokens[b].append(t)
                     by_model[b].append(False)
                     continue
-                t = sampled[b]
+                t = sampled[i]
                 step.append(t)
                 tokens[b].append(t)
                 by_model[b].append(True)
@@ -138,8 +142,12 @@ def _episodes(lm, tok, queries: list[Tensor], out: dict, *, impl, max_new_tokens
                     turns[b].append(("tool", reply))
                     waiting[b] = tok.encode(reply, add_bos=False)
                     reply_ids[b] = list(waiting[b])
-            if all(done):
+            if all(done[b] for b in rows):
                 break
+            if shrink and sum(live) <= 3 * len(rows) // 4:  # as GPT.generate: the long tail of a batch runs small
+                keep = [i for i, alive in enumerate(live) if alive]
+                cache.keep(torch.tensor(keep, device=ids.device))
+                rows, step, live = [rows[i] for i in keep], [step[i] for i in keep], [True] * len(keep)
             nxt = torch.tensor(step, dtype=torch.long, device=ids.device)[:, None]
             logits = lm(nxt, torch.tensor(live, device=ids.device)[:, None], kv_cache=cache)[:, -1]
     finally:
