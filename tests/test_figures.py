@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from workbook.agents.base import AGENT_ARGS, agent_cache_key, load_or_pretrain_agent
 from workbook.lm.pretrain import (BASE_MODELS_DIR, PretrainArgs, file_sha256, load_or_pretrain, shipped_base_models,
                                   shipped_checkpoint)
 from workbook.reason import REASONER_ARGS, load_or_pretrain_reasoner
@@ -70,8 +71,8 @@ def test_check_figures_refuses_an_unknown_claim_in_one_line():
 
 def test_the_shipped_base_models_match_their_checksums_and_todays_recipes():
     manifest = shipped_base_models()
-    assert set(manifest) == {"review", "addition", "multiplication"}
-    keys = {"review": PretrainArgs().cache_key(),
+    assert set(manifest) == {"review", "addition", "multiplication", "calculator"}
+    keys = {"review": PretrainArgs().cache_key(), "calculator": agent_cache_key(AGENT_ARGS),
             **{task: reasoner_cache_key(task, REASONER_ARGS[task]) for task in ("addition", "multiplication")}}
     for name, entry in manifest.items():
         path = BASE_MODELS_DIR / entry["file"]
@@ -90,6 +91,10 @@ def test_the_default_models_load_from_the_shipped_files_without_training(tmp_pat
     addition = dataclasses.replace(REASONER_ARGS["addition"], cache_dir=str(tmp_path))
     model, _ = load_or_pretrain_reasoner("addition", addition, progress=True)
     shipped = torch.load(BASE_MODELS_DIR / "addition.pt", weights_only=True)["state_dict"]
+    assert all(torch.equal(v, shipped[k]) for k, v in model.state_dict().items())
+    calculator = dataclasses.replace(AGENT_ARGS, cache_dir=str(tmp_path))
+    model, _ = load_or_pretrain_agent(calculator, progress=True)
+    shipped = torch.load(BASE_MODELS_DIR / "calculator.pt", weights_only=True)["state_dict"]
     assert all(torch.equal(v, shipped[k]) for k, v in model.state_dict().items())
     assert "pretraining" not in capsys.readouterr().out
     assert not any(tmp_path.iterdir()), "loading a shipped model must not write to the cache"
