@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--impl", default="solutions", choices=("exercises", "solutions"))
     p.add_argument("--iterations", type=int, default=0, help="iterations of every run (default: the command's own)")
     p.add_argument("--eval-samples", type=int, default=256, help="held-out problems of each evaluation (default 256)")
-    p.add_argument("--curve-n", type=int, default=64, help="episodes per problem for the pass@k curves: k = 1 … this (default 64)")
+    p.add_argument("--curve-n", type=int, default=32, help="episodes per problem for the pass@k curves: k = 1 … this (default 32)")
     p.add_argument("--no-ablation", dest="ablation", action="store_false", help="skip the --no-mask-tool-tokens runs")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="set an option of every run (repeatable; after the defaults)")
