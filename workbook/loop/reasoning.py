@@ -173,10 +173,10 @@ HIDDEN = ("seed",)
 
 # Per task, the defaults that differ (after the algorithm's, before the command line's): an episode
 # of the calculator task holds the tool's tokens too (the longest right one is 97 tokens + EOS). Its
-# budget: 40 iterations, about 80 s on one core. In them, dapo at lr 2e-4 ended at held-out pass@1
-# 0.934-0.957 (seeds 0-2), at 3e-4 it reached 0.97 (seed 2: 0.934 -> 0.970); 50 iterations at 2e-4
-# got 0.969 (seed 0) in 99 s (benchmarks/agents.py; docs/agents.md).
-TASK_DEFAULTS: dict[str, dict[str, Any]] = {"calculator": {"max_new_tokens": 112, "iterations": 40, "learning_rate": 3e-4}}
+# budget: 36 iterations, 70-85 s on one core. In 40 iterations dapo at lr 2e-4 ended at held-out
+# pass@1 0.934-0.957 (seeds 0-2, 77-94 s), at 3e-4 at 0.969-0.971 (seeds 0-1, 86-93 s); 50 iterations
+# at 2e-4 got 0.969 (seed 0) in 99 s (benchmarks/agents.py; docs/agents.md).
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {"calculator": {"max_new_tokens": 112, "iterations": 36, "learning_rate": 3e-4}}
 
 
 def reason_args(algo: str = DEFAULT_ALGO, **overrides) -> ReasonArgs:
