@@ -1,7 +1,7 @@
 """Check the README's headline figures on your machine: each claim, what it measured, holds or not.
 
-    python benchmarks/check_figures.py            # the quick claims (about 6 minutes on 2 cores)
-    python benchmarks/check_figures.py --slow     # every claim (about 35 minutes in all, Atari 16 of them)
+    python benchmarks/check_figures.py            # the quick claims (about 7 minutes on 2 cores)
+    python benchmarks/check_figures.py --slow     # every claim (about 50 minutes in all, Atari 16 of them)
     python benchmarks/check_figures.py --only reason-dapo-seed0 base-addition
     make check-figures                            # the same as the first line (SLOW=1 for the second)
 
@@ -88,6 +88,21 @@ def _multiplication(out: dict) -> tuple[str, bool]:
                                         for r in rows)
 
 
+def _base_calculator(out: dict) -> tuple[str, bool]:
+    (row,) = _runs(out, task="calculator")
+    said = f"pass@1 {row['pass1']:.3f}, pass@16 {row['pass16']:.3f}; without the tool pass@1 {row['pass1_no_tool']:.3f}"
+    return said, 0.38 <= row["pass1"] <= 0.42 and row["pass16"] >= 0.99 and row["pass1_no_tool"] <= 0.2
+
+
+def _agents(out: dict) -> tuple[str, bool]:
+    tool = [r for r in out["runs"] if r["variant"] == "tool"]
+    bare = [r for r in out["runs"] if r["variant"] == "no-tool"]
+    said = "; ".join(f"seed {r['seed']}: {r['pass1_before']:.3f} → {r['pass1_after']:.3f} in {r['train_wall_s']:.0f} s"
+                     for r in tool) + "; without the tool: " + ", ".join(f"{r['pass1_after']:.3f}" for r in bare)
+    return said, (len(tool) == 3 and len(bare) == 3 and all(r["pass1_after"] >= 0.95 for r in tool)
+                  and all(r["pass1_after"] <= 0.5 for r in bare))
+
+
 def _cartpole(out: dict) -> tuple[str, bool]:
     said = f"ours {out['ours_median_wall_s']} s, CleanRL {out['cleanrl_median_wall_s']} s: {out['speedup']}×"
     return said, bool(out["speedup"] and out["speedup"] >= 20)
@@ -100,13 +115,15 @@ def _atari(out: dict) -> tuple[str, bool]:
 
 
 SOURCES = {
-    "base": Source(("benchmarks/base_models.py", "--shipped", "--tasks", "addition", "multiplication"), 1),
+    "base": Source(("benchmarks/base_models.py", "--shipped", "--tasks", "addition", "multiplication", "calculator"), 2),
     "dapo-seed0": Source(("benchmarks/reasoning.py", "--tasks", "addition", "--algos", "dapo", "--seeds", "0",
                           "--curve-n", "1", "--no-progress"), 3),
     "dapo-3": Source(("benchmarks/reasoning.py", "--algos", "dapo", "--seeds", "0", "1", "2", "--curve-n", "1",
                       "--no-progress"), 12),
     "cartpole": Source(("benchmarks/cartpole.py", "--vs-cleanrl", "--seeds", "1", "2", "3"), 2),
     "atari": Source(("benchmarks/atari.py", "--seeds", "1", "--concurrent"), 16),
+    "agents-3": Source(("benchmarks/agents.py", "--seeds", "0", "1", "2", "--curve-n", "1", "--no-ablation",
+                        "--no-progress"), 12),
 }
 
 CLAIMS = (
@@ -121,6 +138,11 @@ CLAIMS = (
           ("README.md", "docs/reasoning.md"), "dapo-3", _dapo("addition", 0.95, 1.0, 3), slow=True),
     Claim("reason-multiplication", "on multiplication pass@1 moves by at most 0.10 and pass@16 falls, on every seed and kernel set",
           ("README.md", "docs/reasoning.md"), "dapo-3", _multiplication, slow=True),
+    Claim("base-calculator", "the shipped calculator base model: held-out pass@1 0.38–0.42 with the tool, pass@16 ≥ 0.99",
+          ("docs/agents.md", "docs/base_models.md"), "base", _base_calculator),
+    Claim("agents-dapo", "with the calculator DAPO lifts held-out pass@1 from about 0.4 to at least 0.95 on every seed; "
+          "without it the same training stays at most 0.5",
+          ("README.md", "docs/agents.md"), "agents-3", _agents, slow=True),
     Claim("cartpole-speed", "ours solves CartPole at least 20× faster than CleanRL's `ppo.py`",
           ("README.md", "docs/cartpole.md"), "cartpole", _cartpole),
     Claim("atari-goal", "Breakout reaches ≥ 8.5 points (5× random play) in 15 minutes on every seed measured",
@@ -131,7 +153,7 @@ CLAIMS = (
 def run_source(name: str, runs_dir: Path) -> dict:
     """Run one benchmark; its JSON last line."""
     argv = list(SOURCES[name].argv)
-    if name.startswith("dapo") or name == "atari":  # the benchmarks that write run folders
+    if name.startswith(("dapo", "agents")) or name == "atari":  # the benchmarks that write run folders
         argv += ["--runs-dir", str(runs_dir / name)]
     print(f"running {' '.join(argv)}  (about {SOURCES[name].minutes:g} min)", flush=True)
     done = subprocess.run([PY, *argv], cwd=ROOT, capture_output=True, text=True, check=False)
