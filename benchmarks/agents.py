@@ -94,7 +94,7 @@ def save_passk(curves: dict[str, dict], path: Path, algo: str) -> None:
             ax.fill_between(k, after.min(axis=0), after.max(axis=0), color="tab:orange", alpha=0.25, lw=0,
                             label="min–max over seeds")
         ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_xlabel("k (episodes per problem)")
         ax.set_title(name)
         ax.set_ylim(0, 1.02)
