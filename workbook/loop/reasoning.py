@@ -379,8 +379,9 @@ class ReasonRun(Run):
             columns.append("turns")
             for row, episode in zip(rows, episodes):
                 row.append([{who: text} for who, text in episode])
-        for row in rows:
-            self.samples_file.write(dict(zip(columns, row)))
+        if self.samples_file is not None:  # rank 0 writes (under torchrun the other ranks have no files)
+            for row in rows:
+                self.samples_file.write(dict(zip(columns, row)))
         if self.wandb is not None:
             import wandb
 
