@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks.reasoning import seconds_to  # noqa: E402
 from workbook.agents.base import agent_pass_at_k, load_or_pretrain_agent  # noqa: E402
 from workbook.agents.task import RESULT_CLOSE, RESULT_OPEN, eval_pool_size, make_problems  # noqa: E402
 from workbook.cli import add_seeds_option, make_parser, parse_overrides, require, require_at_least  # noqa: E402
@@ -53,15 +54,6 @@ KEYS = ("pass1_before", "pass1_after", "pass16_before", "pass16_after", "invalid
         "train_wall_s")
 VARIANTS = {"tool": {"tool": True}, "no-tool": {"tool": False}, "ablation": {"mask_tool_tokens": False}}
 CALL = re.compile(r"<calc>(\d+)\*(\d+)</calc>")
-
-
-def seconds_to(metrics: Path, accuracy: float) -> float | None:
-    """Training seconds until the batch's pass@1 (``env/accuracy``) first reached ``accuracy``; None if never."""
-    for line in metrics.read_text().splitlines():
-        row = json.loads(line)
-        if row["env/accuracy"] >= accuracy:
-            return row["time/ppo_s"]
-    return None
 
 
 def result_accuracy(completions: list[str]) -> float | None:

@@ -25,7 +25,7 @@ from workbook.agents.task import CORPUS_MIX, NAME, corpus_texts
 from workbook.lm.model import GPT
 from workbook.lm.pretrain import PretrainArgs, cached_model, pretrain, shipped_checkpoint
 from workbook.lm.tokenizer import CharTokenizer
-from workbook.reason.base import reasoner_tokenizer
+from workbook.reason.base import pass_at_k_table, reasoner_tokenizer
 from workbook.reason.task import ALPHABET, Problem
 
 AGENT_CACHE_VERSION = 1
@@ -98,13 +98,9 @@ def agent_pass_at_k(model: GPT, tok: CharTokenizer, problems: list[Problem], par
     answers = [p.answer for p in problems for _ in range(n)]
     batch = run_episodes(model, tok, prompts, impl=part9, max_new_tokens=max_new_tokens, temperature=temperature,
                          generator=torch.Generator().manual_seed(seed), tool=tool, max_calls=max_calls, chunk=chunk)
-    correct = part7.answer_reward(batch.completions, answers, format_reward=0.0) == 1.0
-    valid = part7.answer_reward(batch.completions, answers, format_reward=0.5) > 0
-    counts = correct.view(len(problems), n).sum(dim=1).tolist()
-    table = {k: sum(part7.pass_at_k(n, int(c), k) for c in counts) / len(problems) for k in ks}
-    stats = episode_stats(batch)
-    return {"pass@k": table, "format_valid": valid.float().mean().item(), **stats,
-            "correct_per_problem": [int(c) for c in counts], "n": n, "rollout": batch}
+    table, valid, counts = pass_at_k_table(batch.completions, answers, part7, n=n, ks=ks)
+    return {"pass@k": table, "format_valid": valid, **episode_stats(batch), "correct_per_problem": counts, "n": n,
+            "rollout": batch}
 
 
 def episode_stats(batch) -> dict[str, float]:

@@ -98,14 +98,6 @@ class RLVRConfig:
     """Seeds the minibatch order."""
 
 
-def pad_flags(flags: list[Tensor], width: int) -> Tensor:
-    """Per-row 1-D flags, right-padded with 0 to ``[rows, width]`` (float)."""
-    out = torch.zeros(len(flags), width)
-    for b, f in enumerate(flags):
-        out[b, :min(len(f), width)] = f[:width].float().cpu()
-    return out
-
-
 class RLVRTrainer:
     """One critic-free step with Part 7's data-side techniques and one of its policy losses."""
 
@@ -166,8 +158,8 @@ class RLVRTrainer:
         kl_rows = batch if cfg.beta > 0 else min(batch, KL_ROWS)
         with torch.no_grad():
             old_logprobs, logits, _, masks = self._forward(self.model, queries, responses, return_logits=True)
-            if response_masks is not None:  # the tool's tokens are context, not actions: out of the KL and the stats too
-                masks = masks * pad_flags(response_masks, masks.shape[1]).to(masks)
+            # The tool's tokens are context, not actions: out of the KL and the stats too (Part 3's given helper).
+            masks = p3.model_token_masks(masks, responses, response_masks)
             ref_logprobs, _, _, _ = self._forward(self.ref_model, queries[:kl_rows], responses[:kl_rows])
             entropy = p3.masked_mean(p3.entropy_from_logits(logits), masks)
         ref_width = ref_logprobs.shape[1]

@@ -131,6 +131,7 @@ class CalculatorTask(ReasoningTask):
 
     def __init__(self, impl: str, *, group_size: int = 1, format_reward: float = 0.1, eval_k: int = 16,
                  tool: bool = True, max_calls: int = 4, mask_tool_tokens: bool = True):
+        # Part 7's task with its prompts, evaluation and rollout replaced below ("addition" is never drawn from).
         super().__init__(impl, "addition", group_size=group_size, format_reward=format_reward, eval_k=eval_k)
         self.part9 = load_part9(impl)
         self.name, self.tool, self.max_calls, self.mask_tool_tokens = "calculator", tool, max_calls, mask_tool_tokens

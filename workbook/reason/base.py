@@ -90,6 +90,17 @@ def load_or_pretrain_reasoner(task: str, args: PretrainArgs | None = None, *, pr
                         shipped=shipped_checkpoint(task, reasoner_cache_key(task, args)))
 
 
+def pass_at_k_table(completions: list[str], answers: list[str], impl: ModuleType, *, n: int,
+                    ks: tuple[int, ...]) -> tuple[dict[int, float], float, list[int]]:
+    """(pass@k for each k averaged over problems, well-formed share, right answers per problem) of ``n``
+    completions per problem, in order, checked with ``impl.answer_reward`` and ``impl.pass_at_k``."""
+    correct = impl.answer_reward(completions, answers, format_reward=0.0) == 1.0
+    valid = impl.answer_reward(completions, answers, format_reward=0.5) > 0
+    counts = [int(c) for c in correct.view(-1, n).sum(dim=1).tolist()]
+    table = {k: sum(impl.pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks}
+    return table, valid.float().mean().item(), counts
+
+
 @torch.no_grad()
 def sample_completions(
     model: GPT, tok: CharTokenizer, prompts: list[str], *, temperature: float = 1.0, seed: int = 0,
@@ -132,10 +143,7 @@ def sample_pass_at_k(
     answers = [p.answer for p in problems for _ in range(n)]
     texts, lengths, truncated = sample_completions(model, tok, prompts, temperature=temperature, seed=seed,
                                                    max_new_tokens=max_new_tokens)
-    correct = impl.answer_reward(texts, answers, format_reward=0.0) == 1.0
-    valid = impl.answer_reward(texts, answers, format_reward=0.5) > 0
-    counts = correct.view(len(problems), n).sum(dim=1).tolist()
-    table = {k: sum(impl.pass_at_k(n, int(c), k) for c in counts) / len(problems) for k in ks}
-    return {"pass@k": table, "format_valid": valid.float().mean().item(),
+    table, valid, counts = pass_at_k_table(texts, answers, impl, n=n, ks=ks)
+    return {"pass@k": table, "format_valid": valid,
             "mean_length": sum(lengths) / len(lengths), "truncated": sum(truncated) / len(truncated),
-            "correct_per_problem": [int(c) for c in counts], "n": n}
+            "correct_per_problem": counts, "n": n}
