@@ -104,6 +104,23 @@ class LoopArgs:
     """grpo: advantage scaling, group (the paper), batch (this rank's batch under torchrun) or none (Dr. GRPO)."""
     loss_normalisation: Literal["sequence", "token", "constant"] = "sequence"
     """grpo/rloo: sequence (1/|o| per response), token (DAPO) or constant (Dr. GRPO, divides by --max-new-tokens)."""
+    # Part 10 (stale and mismatched rollouts; workbook/async_rl/). Without them the loop samples with the policy itself.
+    samplers: int = 0
+    """Sampler processes beside this learner process (torch.distributed, gloo): 0 samples here, synchronously; 1 or more run sampling and learning at once (asynchronous; --lag defaults to 1)."""
+    lag: int = 0
+    """Fixed lag K: batch i is sampled by the policy after max(0, i − K) updates (reproducible for a seed, also without --samplers: in this process, one version behind the other)."""
+    free_running: bool = False
+    """With --samplers: a sampler takes the newest weights it has received, and --lag K only bounds the staleness (faster to fresh weights, not reproducible)."""
+    correction: Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = "none"
+    """How the learner corrects a batch sampled by another policy (Part 10's importance_weights; dapo, gspo, cispo): none, or TRL's four modes."""
+    is_cap: float = 3.0
+    """The importance weight's cap C of --correction (truncated to C, or masked above it)."""
+    off_policy_delta: float = 0.0
+    """DeepSeek-V3.2's off-policy sequence mask: leave out a sequence with negative advantage whose mean log π_sampler/π_learner exceeds this (0: off)."""
+    kl_estimator: Literal["k3", "k3_is"] = "k3"
+    """KL term in the loss (with --kl-coef > 0; dapo, gspo, cispo): k3, or k3 weighted by π/π_sampler (unbiased under stale sampling)."""
+    sampler_dtype: Literal["float32", "bfloat16"] = "float32"
+    """The sampler's copy of the policy: float32, or bfloat16 as an inference engine would (its log-probs then differ from the learner's)."""
 
 
 

@@ -50,6 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from workbook import distributed
+from workbook.async_rl.sampler import sampling_defaults, validate_sampling
 from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require,
                           require_at_least, require_choices, require_divides, require_in, require_positive)
 from workbook.loop import rlvr
@@ -295,7 +296,7 @@ def parse_command(argv: list[str] | None) -> tuple[ReasonArgs, list[int]]:
         args = dataclasses.replace(args, eval_samples=min(args.eval_samples, pool_size(args.task)))
     if "overlong_cache" not in given | set(overrides) and args.overlong_cache > args.max_new_tokens // 4:
         args = dataclasses.replace(args, overlong_cache=args.max_new_tokens // 4)  # a short limit, a shorter ramp
-    return args, seeds
+    return sampling_defaults(args, given | set(overrides)), seeds
 
 
 def validate(args: ReasonArgs) -> None:
@@ -304,6 +305,7 @@ def validate(args: ReasonArgs) -> None:
     for name in ("iterations", "batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "eval_samples", "eval_k",
                  "sample_every", "threads"):
         require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 1)
+    validate_sampling(args)
     for name in ("learning_rate", "temperature", "cliprange", "eps_high", "cliprange_value", "kl_target", "kl_horizon"):
         require_positive(f"--{name.replace('_', '-')}", getattr(args, name))
     for name in ("kl_coef", "ent_coef", "vf_coef", "time_budget_s", "seed"):

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from workbook import distributed
+from workbook.async_rl.sampler import sampling_defaults, validate_sampling
 from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require, require_at_least,
                           require_choices, require_divides, require_in, require_positive)
 from workbook.loop.algorithms import ALGORITHMS, algo_defaults_help, apply_algo_defaults, given_options
@@ -97,7 +98,7 @@ def parse_command(argv: list[str] | None) -> tuple[Args, list[int]]:
         raise ConfigError("--set", "seed is set with --seeds S [S ...]")
     args = dataclass_from_args(Args, namespace, seed=seeds[0], **overrides)
     given = given_options(argv) | set(overrides)
-    return apply_preset(apply_algo_defaults(args, given), given), seeds
+    return sampling_defaults(apply_preset(apply_algo_defaults(args, given), given), given), seeds
 
 
 def parse_args(argv: list[str] | None) -> Args:
@@ -122,6 +123,7 @@ def validate(args: Args) -> None:
     require_choices(args)
     require_positive("--dpo-beta", args.dpo_beta)
     ALGORITHMS[args.algo].check(args)
+    validate_sampling(args)
     require(args.device == "cpu" or (args.device.split(":")[0] == "cuda" and torch.cuda.is_available()), "--device",
             f"{args.device!r}: expected cpu, or cuda (cuda:N) on a machine with a CUDA GPU")
     check_review_options(args)

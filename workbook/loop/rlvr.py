@@ -42,7 +42,7 @@ from types import ModuleType
 import torch
 from torch import Tensor, nn
 
-from workbook.loop.algorithms import ALGORITHMS, ENTROPY, KL, LENGTH, Algorithm, Group, load_part5
+from workbook.loop.algorithms import ALGORITHMS, ENTROPY, KL, LENGTH, Algorithm, Group, load_part5, model_tokens
 from workbook.loop.task import Task
 from workbook.rlhf.data import load_part3
 
@@ -96,6 +96,15 @@ class RLVRConfig:
     """Clip the gradient's global norm to this (None: no clipping)."""
     seed: int = 0
     """Seeds the minibatch order."""
+    # Part 10: a batch another policy sampled (stale weights, lower precision) and what the step does about it.
+    correction: str = "none"
+    """none, or one of Part 10's importance_weights modes (token_truncate, token_mask, sequence_truncate, sequence_mask)."""
+    is_cap: float = 3.0
+    """The importance weight's cap C."""
+    off_policy_delta: float = 0.0
+    """Part 10's off-policy sequence mask threshold δ (0: off)."""
+    kl_estimator: str = "k3"
+    """The KL term in the loss (β > 0): k3, or Part 10's k3_is (k3 weighted by π/π_sampler)."""
 
 
 class RLVRTrainer:
@@ -109,6 +118,10 @@ class RLVRTrainer:
         self.optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
         self.generator = torch.Generator().manual_seed(config.seed)
 
+    def part10(self) -> ModuleType:
+        """The learner's Part 10 (loaded only when a setting needs it)."""
+        return importlib.import_module(f"{self.impl}.part10_async")
+
     def part9(self) -> ModuleType:
         """The learner's Part 9 (loaded only for a task with a tool: Part 7 runs without it)."""
         return importlib.import_module(f"{self.impl}.part9_agents")
@@ -117,20 +130,30 @@ class RLVRTrainer:
         return self.part3.batched_forward_pass(model, queries, responses, temperature=self.config.temperature,
                                                pad_id=self.pad_id, return_logits=return_logits)
 
-    def _loss(self, logprobs: Tensor, old: Tensor, adv: Tensor, mask: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    def _loss(self, logprobs: Tensor, old: Tensor, adv: Tensor, mask: Tensor,
+              weights: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
         cfg, p7 = self.config, self.part7
+        extra = {} if weights is None else {"weights": weights}  # only then: a learner's Part 7 from before Part 10 still runs
         if cfg.loss == "gspo":
-            return p7.gspo_loss(logprobs, old, adv, mask, cfg.eps_low, cfg.eps_high)
+            return p7.gspo_loss(logprobs, old, adv, mask, cfg.eps_low, cfg.eps_high, **extra)
         fn = p7.clip_higher_loss if cfg.loss == "clip_higher" else p7.cispo_loss
-        return fn(logprobs, old, adv, mask, cfg.eps_low, cfg.eps_high, cfg.normalisation)
+        return fn(logprobs, old, adv, mask, cfg.eps_low, cfg.eps_high, cfg.normalisation, **extra)
 
     def step(self, queries: list[Tensor], responses: list[Tensor], scores: Tensor,
-             response_masks: list[Tensor] | None = None) -> dict[str, float]:
+             response_masks: list[Tensor] | None = None, sampler_logprobs: Tensor | None = None) -> dict[str, float]:
         """One step; ``response_masks`` (Part 9): per response, True where the policy wrote the token.
 
         With them the loss mask is the learner's Part 9 ``agent_loss_mask`` (the tool's tokens
         and, with ``mask_truncated``, cut-off episodes out) and every statistic counts the
         model's tokens only; without them it is Part 7's ``completion_mask``, as before.
+
+        ``sampler_logprobs`` (Part 10, ``[batch, resp]``): the batch was sampled by another
+        policy — an older version, a bfloat16 copy — with these log-probs. The step measures the
+        mismatch against its own log-probs (``mismatch/*``), and with ``correction`` multiplies
+        each token's loss term by the learner's ``importance_weights`` (π_learner/π_sampler,
+        capped), with ``off_policy_delta`` leaves out the learner's ``off_policy_sequence_mask``
+        rows, and with ``kl_estimator="k3_is"`` uses ``kl_loss_term(..., "k3_is")`` for the KL.
+        PPO's ratio stays π_θ/π_old, π_old being the learner's policy at the step's start.
         """
         cfg, p3, p5, p7 = self.config, self.part3, self.part5, self.part7
         batch = len(queries)
@@ -165,6 +188,18 @@ class RLVRTrainer:
         ref_width = ref_logprobs.shape[1]
         loss_mask = loss_mask.to(old_logprobs.device)[:, :masks.shape[1]]
         advantages = advantages.to(old_logprobs.device)
+        weights, behaviour, off_stats = None, None, {}
+        if sampler_logprobs is not None:  # Part 10: sampled by another policy
+            behaviour = sampler_logprobs.to(old_logprobs.device)[:, :masks.shape[1]]
+            off_stats = mismatch_stats(old_logprobs, behaviour, masks)
+            if cfg.correction != "none":
+                weights, is_stats = self.part10().importance_weights(old_logprobs, behaviour, masks, cfg.correction, cfg.is_cap)
+                off_stats |= {k: float(v) for k, v in is_stats.items()}
+            if cfg.off_policy_delta > 0:
+                kept_rows = self.part10().off_policy_sequence_mask(old_logprobs, behaviour, advantages, masks,
+                                                                   cfg.off_policy_delta)
+                loss_mask = loss_mask * kept_rows.to(loss_mask.dtype)[:, None]
+                off_stats["is/sequences_masked_frac"] = 1.0 - kept_rows.float().mean().item()
 
         kept = keep.nonzero().flatten()
         collected: dict[str, list[Tensor]] = {}
@@ -175,10 +210,15 @@ class RLVRTrainer:
                 width = mb_masks.shape[1]
                 idx = pick.to(old_logprobs.device)
                 mask = loss_mask[idx, :width]
-                loss, stats = self._loss(new_logprobs, old_logprobs[idx, :width], advantages[idx], mask)
+                loss, stats = self._loss(new_logprobs, old_logprobs[idx, :width], advantages[idx], mask,
+                                         None if weights is None else weights[idx, :width])
                 stats = {**stats, "loss/policy": loss.detach()}
                 if cfg.beta > 0:  # k3 (unbiased, ≥ 0) per token, as a token mean over the loss's tokens
-                    kl = p3.kl_penalty(new_logprobs, ref_logprobs[idx, :width], "k3")
+                    if cfg.kl_estimator == "k3_is":  # weighted by π/π_sampler: its expected gradient is KL's (Part 10)
+                        sampled_by = (behaviour if behaviour is not None else old_logprobs)[idx, :width]
+                        kl = self.part10().kl_loss_term(new_logprobs, ref_logprobs[idx, :width], sampled_by, "k3_is")
+                    else:
+                        kl = p3.kl_penalty(new_logprobs, ref_logprobs[idx, :width], "k3")
                     kl_loss = p3.masked_mean(kl, mask) if mask.sum() > 0 else (kl * mask).sum()
                     loss = loss + cfg.beta * kl_loss
                     stats["loss/kl"] = kl_loss.detach()
@@ -204,7 +244,19 @@ class RLVRTrainer:
             out[f"rlvr/{k}"] = torch.stack(collected[k]).mean().item() if k in collected else 0.0
         if "loss/kl" in collected:
             out["rlvr/loss/kl"] = torch.stack(collected["loss/kl"]).mean().item()
-        return out
+        return out | off_stats
+
+
+@torch.no_grad()
+def mismatch_stats(learner: Tensor, sampler: Tensor, masks: Tensor) -> dict[str, float]:
+    """How far the sampler's log-probs are from the learner's on the policy's tokens (Part 10's curves).
+
+    ``mismatch/logp_abs_diff``: mean |log π_learner − log π_sampler| per token;
+    ``mismatch/kl``: KL(π_sampler ‖ π_learner) per token, estimated with k3 on the sampler's samples.
+    """
+    n = masks.sum().clamp(min=1)
+    d = torch.where(masks > 0, learner - sampler, torch.zeros_like(learner))  # log π_learner/π_sampler
+    return {"mismatch/logp_abs_diff": (d.abs().sum() / n).item(), "mismatch/kl": ((torch.expm1(d) - d) * masks).sum().item() / n.item()}
 
 
 class RLVR(Group):
@@ -218,8 +270,13 @@ class RLVR(Group):
             mini_batch_size=args.mini_batch_size, epochs=args.ppo_epochs, eps_low=args.cliprange, eps_high=args.eps_high,
             scale=args.grpo_scale, normalisation=args.loss_normalisation, beta=args.kl_coef,
             dynamic_sampling=args.dynamic_sampling, overlong_cache=args.overlong_cache, mask_truncated=args.mask_truncated,
-            max_len=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+            max_len=args.max_new_tokens, temperature=args.temperature, seed=args.seed, correction=args.correction,
+            is_cap=args.is_cap, off_policy_delta=args.off_policy_delta, kl_estimator=args.kl_estimator)
         return RLVRTrainer(config, self.policy, self.reference, tok.pad_id, tok.eos_id, args.impl)
+
+    def step(self, batch, scores: Tensor, it: int) -> dict[str, float]:
+        stale = {} if batch.sampler_logprobs is None else {"sampler_logprobs": batch.sampler_logprobs}
+        return self.trainer.step(batch.queries, batch.responses, scores, **model_tokens(batch), **stale)
 
 
 def dr_grpo(args, model, tok, task: Task, seed: int) -> Group:

@@ -42,6 +42,8 @@ from pathlib import Path
 import torch
 
 from workbook import distributed
+from workbook.async_rl.processes import SamplingStopped
+from workbook.async_rl.sampler import LocalSampling, is_stale_sampling
 from workbook.checkpoints import (CHECKPOINT, INTERRUPTED, LAYOUT, NON_FINITE, Abandoned, AppendLog, StopSignals,
                                   first_non_finite, lm_algorithm_state, load_run, non_finite_weights,
                                   restore_lm_algorithm, rng_state, save, set_rng_state, stop_at_once, write_json)
@@ -141,7 +143,38 @@ class Run:
         self.health = DeadRunWatch(args)  # a dead run's symptoms; a resumed run's earlier ones are replayed, not re-printed
         for past in self.history:
             self.health.update(past)
+        self.sampling = self.start_sampling(resume)
         self.good = self.state("running") if self.keep_good else None
+
+    def start_sampling(self, resume: dict | None):
+        """Part 10: who samples (None: the policy itself, here, as always); a resumed run's versions and streams."""
+        a = self.args
+        if not is_stale_sampling(a):
+            return None
+        saved = resume.get("sampling") if resume else None
+        if a.samplers == 0:
+            return LocalSampling(a, self.policy.lm, self.tok, self.task, generator=self.generator, chunk=self.rollout_chunk,
+                                 saved=saved)
+        from workbook.async_rl.processes import RemoteSampling
+
+        self.say(f"starting {a.samplers} sampler process{'es' if a.samplers > 1 else ''} "
+                 f"({'free-running, at most ' + str(a.lag) + ' behind' if a.free_running else 'fixed lag ' + str(a.lag)})")
+        return RemoteSampling(a, self.policy.lm, self.tok, self.task, prompts_of=self.algo.prompts, chunk=self.rollout_chunk,
+                              data_seed=self.data_seed, start=self.start, saved=saved)
+
+    def close_sampling(self) -> None:
+        if getattr(self, "sampling", None) is not None:
+            self.sampling.close()
+
+    def write_error(self, error: BaseException) -> None:
+        """The traceback of what stopped the run (a sampler's own, when it raised) in ``error.txt``."""
+        import traceback
+
+        if self.out_dir is not None:
+            cause = error.__cause__
+            text = (getattr(cause, "args", [""])[0] if cause is not None and type(cause).__name__ == "_Remote"
+                    else "".join(traceback.format_exception(error)))
+            (self.out_dir / "error.txt").write_text(text)
 
     def state(self, status: str) -> dict:
         """The checkpoint of the run as it is now (tensors copied)."""
@@ -149,7 +182,7 @@ class Run:
                 "iteration": len(self.history), "algo": lm_algorithm_state(self.algo),
                 "generator": self.generator.get_state(), "rng": rng_state(), "history": list(self.history),
                 "train_s": self.train_s, "before": self.before, "wandb_id": self.wandb_id, "status": status,
-                "world_size": self.dp.world_size}
+                "world_size": self.dp.world_size, "sampling": self.sampling.state() if self.sampling is not None else None}
 
     def save_checkpoint(self, state: dict) -> None:
         if self.dp.is_main and state is not None:
@@ -203,12 +236,20 @@ class Run:
         a = self.args
         t_it = time.perf_counter()
         prompts = self.algo.prompts(it)
-        sample = getattr(self.task, "rollout", rollout)  # a task may bring its own (Part 9: multi-turn, with a tool)
-        batch = sample(self.policy.lm, self.tok, [p.text for p in prompts], max_new_tokens=a.max_new_tokens,
-                       temperature=a.temperature, generator=self.generator, chunk=self.rollout_chunk)
-        scores = self.task.score(prompts, batch).to(self.device)
+        if self.sampling is None:
+            sample = getattr(self.task, "rollout", rollout)  # a task may bring its own (Part 9: multi-turn, with a tool)
+            batch = sample(self.policy.lm, self.tok, [p.text for p in prompts], max_new_tokens=a.max_new_tokens,
+                           temperature=a.temperature, generator=self.generator, chunk=self.rollout_chunk)
+            scores = self.task.score(prompts, batch).to(self.device)
+        else:  # Part 10: a batch some version of the policy sampled (here, or in a sampler process)
+            sampled = self.sampling.next(it, prompts)
+            batch, scores = sampled.batch, sampled.scores.to(self.device)
         t_gen = time.perf_counter() - t_it
         stats = self.algo.step(batch, scores, it)
+        if self.sampling is not None:
+            self.sampling.publish(it + 1, self.policy.lm)
+            stats.update({"async/staleness": float(it - sampled.version), "async/sampler_s": sampled.seconds,
+                          "async/wait_s": t_gen})
         self.train_s += time.perf_counter() - t_it
 
         stats.update({"iteration": it + 1, "time/ppo_s": self.train_s, "time/generate_and_score_s": t_gen,
@@ -240,9 +281,11 @@ class Run:
 
             self.wandb.log({"samples": wandb.Table(columns=columns, data=rows)}, step=it + 1)
 
-    def stopped(self, status: str, bad: tuple | None = None) -> dict:
-        """After Ctrl-C or a NaN: the checkpoint of the last good iteration, the curves and summary.json (rank 0)."""
+    def stopped(self, status: str, bad: tuple | None = None, line: str | None = None) -> dict:
+        """After Ctrl-C, a NaN or a failure (``line`` says what happened): the checkpoint of the last good iteration,
+        the curves and summary.json (rank 0)."""
         a = self.args
+        self.close_sampling()
         for file in (self.metrics_file, self.samples_file):
             if file is not None:
                 file.close()
@@ -273,8 +316,11 @@ class Run:
         resume = f"{'torchrun --standalone --nproc_per_node=' + str(self.dp.world_size) if self.dp.enabled else 'python'} " \
                  f"-m workbook {self.command} --resume {self.out_dir}"
         if status == "interrupted":
-            print(f"interrupted after iteration {done}; wrote {CHECKPOINT}, metrics.jsonl, samples.jsonl, curves.png; "
-                  f"resume with: {resume}", flush=True)
+            print(f"{line + '; ' if line else ''}interrupted after iteration {done}; wrote {CHECKPOINT}, metrics.jsonl, "
+                  f"samples.jsonl, curves.png; resume with: {resume}", flush=True)
+        elif status == "failed":
+            print(f"error: {line}; stopped and wrote the last good checkpoint (iteration {done}); resume with: {resume}",
+                  file=sys.stderr, flush=True)
         else:
             stat, value, it = bad
             print(f"error: {stat}: {value} at iteration {it}; stopped and wrote the last good checkpoint (iteration {done}); "
@@ -285,6 +331,7 @@ class Run:
     def finish(self) -> dict:
         """Evaluate after training and write curves.png, the policy and summary.json (rank 0). Returns the summary."""
         a = self.args
+        self.close_sampling()  # the samplers' cores are free for the evaluation
         for file in (self.metrics_file, self.samples_file):
             if file is not None:
                 file.close()
@@ -388,10 +435,25 @@ def train(args: LoopArgs, *, run_class: type[Run], model=None, tok=None, task: T
         bar = Progress(args.iterations, initial=run.start, counter="iteration", prefix=f"{run.command} {args.algo}",
                        unit="it", enabled=bool(show and run.dp.is_main))
         every = args.checkpoint_every or max(1, args.iterations // 10)
-        status, bad = "finished", None
+        status, bad, line = "finished", None, None
         try:
             for it in range(run.start, args.iterations):
-                stats = run.iteration(it)
+                try:
+                    stats = run.iteration(it)
+                except SamplingStopped as stopped:  # Part 10: a sampler process was stopped, killed, or raised
+                    status, line = stopped.status, stopped.line
+                    run.write_error(stopped)
+                    break
+                except (Abandoned, NotImplementedError):
+                    raise
+                except Exception as error:
+                    if run.sampling is None:
+                        raise
+                    # With sampler processes a learner that raises stops them, keeps its last good checkpoint
+                    # and says so in one line; the traceback goes to error.txt.
+                    status, line = "failed", f"the learner raised {type(error).__name__}: {error} at iteration {it + 1}"
+                    run.write_error(error)
+                    break
                 found = first_non_finite(stats, allowed_nan=MAY_BE_NAN) or non_finite_weights(run.policy)
                 if run.dp.decide(found is not None):  # the stats are averaged over ranks: every rank agrees
                     status, bad = "non-finite", (*(found or ("a stat on rank 0", float("nan"))), it + 1)
@@ -410,11 +472,15 @@ def train(args: LoopArgs, *, run_class: type[Run], model=None, tok=None, task: T
             status = "interrupted"
         except NotImplementedError as error:  # a stub of the learner's: train_runs names it; an empty new folder goes
             bar.close()
+            run.close_sampling()
             error.removed = run.discard()
             raise
+        finally:
+            if status == "finished" and sys.exc_info()[0] is not None:
+                run.close_sampling()  # anything else escaping: no sampler process left behind
         bar.close()
         if status != "finished":
-            return run.stopped(status, bad)
+            return run.stopped(status, bad, line)
         return run.finish()
 
 
@@ -458,8 +524,9 @@ def train_runs(runs: list[LoopArgs], saved: dict | None, train_one, *, command: 
             except Abandoned:  # a second Ctrl-C before the first iteration finished
                 print(f"{command}: stopped before the first iteration finished; nothing to save", flush=True)
                 return INTERRUPTED, summaries, histories
-            if summary.get("status") in ("interrupted", "non-finite"):
-                return (INTERRUPTED if summary["status"] == "interrupted" else NON_FINITE), summaries, histories
+            if summary.get("status") in ("interrupted", "non-finite", "failed"):
+                code = {"interrupted": INTERRUPTED, "non-finite": NON_FINITE, "failed": 1}[summary["status"]]
+                return code, summaries, histories
             summaries.append(summary)
             if summary["run_dir"]:
                 histories[run_args.seed] = [json.loads(line) for line in

@@ -39,6 +39,8 @@ class Rollout:
     """Whether the response ended with EOS (False: cut off at max_new_tokens)."""
     masks: list[Tensor] | None = None
     """Per response, True where the policy wrote the token (a tool's tokens are False); None: every token is the policy's."""
+    sampler_logprobs: Tensor | None = None
+    """Part 10: the sampler's log-probs of the response tokens, ``[batch, resp]`` right-padded; None: the policy itself sampled."""
 
 
 @torch.no_grad()

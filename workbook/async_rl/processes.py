@@ -1,0 +1,374 @@
+"""Sampler processes beside the learner (given code): ``--samplers N``, on torch.distributed (gloo).
+
+    python -m workbook reason --impl solutions --samplers 1            # fixed lag 1: reproducible
+    python -m workbook reason --impl solutions --samplers 1 --lag 2 --free-running
+
+The command's process is the **learner**, rank 0; it starts N **samplers**, ranks 1..N (spawned
+processes: each imports the workbook afresh and gets a copy of the model, the tokenizer and the
+task). They talk only by messages over the process group's point-to-point sends, in order:
+
+1. The learner sends every sampler the weights of version 0 (a flat float32 vector), then
+   **orders**: "sample batch j" with its prompts. Batch j goes to sampler ``j mod N + 1``.
+   It orders batch j as soon as the version that may sample it exists: fixed lag K, when
+   ``sampling_version(j, K)`` (your Part 10) has been sent; ``--free-running``, while
+   ``may_sample(j, newest version, K)``.
+2. A sampler handles its messages in the order they were sent: weights → load them; order →
+   sample the batch with the weights it holds, score it, compute its own log-probs, and send
+   back (batch, scores, log-probs, the version that made them, its random stream's state).
+   Because the learner sends version v before the orders it allows, the stream itself is the
+   schedule: batch j is sampled by version max(0, j − K) whatever the timing — the run is
+   reproducible. ``--free-running``: before each batch a sampler first takes every message
+   that has already arrived (newer weights, if any): fresher, but timing decides which
+   version samples what, so not reproducible.
+3. The learner trains on batch it (from sampler ``it mod N + 1``), then sends the new weights
+   (version it + 1) to every sampler, and the orders they allow. Sends never wait for the
+   receiver (``isend``): sampling and learning overlap.
+4. At the end, or on Ctrl-C, the learner sends "stop"; samplers exit; the learner waits for them.
+
+Faults: every receive has a deadline (``WORKBOOK_DIST_TIMEOUT_S``, default 600 s) and a peer
+that dies closes the connection, so no one waits forever. A sampler killed, one that raises,
+or one stopped by a signal becomes one line on the learner (:class:`SamplingStopped`), which
+saves its last good checkpoint; ``--resume`` sends the samplers their random streams and the
+weight versions still to be used, so a fixed-lag run resumes exactly. Samplers ignore the
+terminal's Ctrl-C until their batch is sent (the learner decides when everyone stops) and die
+with the learner (``PR_SET_PDEATHSIG`` on Linux).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import importlib
+import io
+import pickle
+import os
+import signal
+import socket
+import queue
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from types import ModuleType
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import Tensor, nn
+
+from workbook.async_rl.sampler import Sampled, Sampler, flat_weights, load_part10
+
+POLL_S = 0.002
+"""How often a waiting receive looks for its message (and lets a signal handler run)."""
+
+
+def timeout_s() -> float:
+    return float(os.environ.get("WORKBOOK_DIST_TIMEOUT_S", 600.0))
+
+
+class SamplingStopped(Exception):
+    """Sampling cannot go on: ``status`` is "interrupted" (a sampler was stopped by a signal) or "failed"."""
+
+    def __init__(self, status: str, line: str):
+        super().__init__(line)
+        self.status, self.line = status, line
+
+
+class PeerGone(Exception):
+    """The other side of a receive died or sent nothing before the deadline."""
+
+
+# --- messages: any picklable object, as a size then bytes -----------------------------------
+
+def _pack(obj) -> Tensor:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+
+
+def _unpack(data: Tensor):
+    return torch.load(io.BytesIO(data.numpy().tobytes()), weights_only=False)
+
+
+class Outbox:
+    """Sends that never wait for the receiver (``isend``); a thread waits on each to release its tensors in order."""
+
+    def __init__(self):
+        self.sent: queue.Queue = queue.Queue()
+        threading.Thread(target=self._reap, daemon=True, name="outbox").start()
+
+    def _reap(self) -> None:
+        while True:
+            work, _tensor = self.sent.get()
+            try:
+                work.wait()
+            except RuntimeError:
+                pass  # the receiver is gone; its Inbox (or the process's exit) says so
+            self.sent.task_done()
+
+    def send(self, obj, dst: int) -> None:
+        data = _pack(obj)
+        size = torch.tensor([data.numel()], dtype=torch.int64)
+        for tensor in (size, data):
+            self.sent.put((dist.isend(tensor, dst), tensor))
+
+    def flush(self, seconds: float) -> None:
+        """Wait (at most ``seconds``) until everything sent has been received."""
+        deadline = time.monotonic() + seconds
+        while self.sent.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+
+
+class Inbox:
+    """Messages from one peer, in order: a thread receives them (gloo's receives make progress only while
+    waited on); :meth:`poll` takes one without waiting, :meth:`get` with a deadline."""
+
+    def __init__(self, src: int):
+        self.src = src
+        self.arrived: queue.Queue = queue.Queue()
+        threading.Thread(target=self._receive, daemon=True, name=f"inbox-{src}").start()
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                size = torch.zeros(1, dtype=torch.int64)
+                dist.irecv(size, src=self.src).wait()  # the process group's timeout bounds it
+                data = torch.empty(int(size.item()), dtype=torch.uint8)
+                dist.irecv(data, src=self.src).wait()
+            except RuntimeError as error:
+                self.arrived.put(PeerGone(str(error).splitlines()[0][-200:]))
+                return
+            self.arrived.put(_unpack(data))
+
+    def _take(self, message):
+        if isinstance(message, PeerGone):
+            self.arrived.put(message)  # every later receive says the same
+            raise message
+        return message
+
+    def poll(self):
+        """The next message if it has arrived, else None."""
+        try:
+            return self._take(self.arrived.get_nowait())
+        except queue.Empty:
+            return None
+
+    def get(self, seconds: float, stop=lambda: False):
+        """The next message; PeerGone after ``seconds`` without one; None as soon as ``stop()`` is true."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if stop():
+                return None
+            try:
+                return self._take(self.arrived.get(timeout=min(0.05, max(0.0, deadline - time.monotonic()))))
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    raise PeerGone(f"nothing received for {seconds:g} s") from None
+
+
+class _ModulePickler(pickle.Pickler):
+    """Pickles a module (a task's ``part7``, say) as the import that gives it back."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, ModuleType):
+            return importlib.import_module, (obj.__name__,)
+        return NotImplemented
+
+
+def _freeze(obj) -> bytes:
+    buffer = io.BytesIO()
+    _ModulePickler(buffer).dump(obj)
+    return buffer.getvalue()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _join(port: int, rank: int, world_size: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s()))
+
+
+# --- a sampler process -------------------------------------------------------------------------
+
+def sampler_main(rank: int, world_size: int, port: int, setup: dict) -> None:
+    """What a sampler process runs (``setup``: the model, tokenizer, task and settings the learner gave it)."""
+    stop: list[str] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):  # finish the batch in hand, then tell the learner
+        signal.signal(sig, lambda signum, frame: stop.append(signal.Signals(signum).name))
+    try:  # die with the learner, even if it is killed (Linux)
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    torch.set_num_threads(setup["threads"])
+    setup |= pickle.loads(setup.pop("frozen"))
+    _join(port, rank, world_size)
+    generator = torch.Generator()
+    generator.set_state(setup["generator"])
+    sampler = Sampler(setup["lm"], setup["tok"], setup["task"], impl=setup["impl"], dtype=setup["dtype"],
+                      max_new_tokens=setup["max_new_tokens"], temperature=setup["temperature"], chunk=setup["chunk"],
+                      generator=generator)
+    inbox, outbox, orders = Inbox(0), Outbox(), deque()
+    try:
+        while True:
+            message = None if orders else inbox.get(timeout_s(), stop=lambda: bool(stop))
+            if stop:
+                outbox.send({"kind": "stopping", "signal": stop[0]}, 0)
+                break
+            if message is not None:
+                if message["kind"] == "stop":
+                    break
+                if message["kind"] == "weights":
+                    sampler.load(message["weights"], message["version"])
+                else:
+                    orders.append(message)
+            if setup["free_running"]:  # take every message already here first: the newest weights
+                while orders and (message := inbox.poll()) is not None:
+                    if message["kind"] == "stop":
+                        orders.clear()
+                        break
+                    if message["kind"] == "weights":
+                        sampler.load(message["weights"], message["version"])
+                    else:
+                        orders.append(message)
+                if message is not None and message["kind"] == "stop":
+                    break
+            if orders:
+                order = orders.popleft()
+                sampled = sampler.sample(order["prompts"], order["index"])
+                outbox.send({"kind": "batch", "sampled": sampled, "generator": generator.get_state()}, 0)
+    except PeerGone as error:  # the learner is gone: nothing to tell anyone
+        print(f"sampler {rank}: the learner is gone ({error}); exiting", file=sys.stderr, flush=True)
+    except Exception as error:  # the task's code, or the learner's Part 3/10, raised here: tell the learner
+        try:
+            outbox.send({"kind": "error", "line": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}, 0)
+        except RuntimeError:
+            pass
+    outbox.flush(5.0)
+    sys.stdout.flush()
+    os._exit(0)  # no teardown handshake: the learner may already be gone
+
+
+# --- the learner's side -----------------------------------------------------------------------
+
+class RemoteSampling:
+    """The learner's end of ``--samplers N``: starts the samplers, orders batches, sends weights, receives batches.
+
+    ``prompts_of(j)``: batch j's prompts; ``start``: the first iteration (a resumed run's);
+    ``saved``: a checkpoint's sampling state (versions still to be used, each sampler's random stream).
+    """
+
+    def __init__(self, args, lm: nn.Module, tok, task, *, prompts_of, chunk: int, data_seed: int, start: int,
+                 saved: dict | None = None):
+        self.part10, self.n, self.lag, self.free = load_part10(args.impl), args.samplers, args.lag, args.free_running
+        self.iterations, self.prompts_of, self.start = args.iterations, prompts_of, start
+        self.versions: dict[int, Tensor] = dict(saved["versions"]) if saved else {0: flat_weights(lm)}
+        # Sampler r's stream: the data seed for the first (so one sampler draws what the synchronous run draws).
+        self.streams = dict(saved["streams"]) if saved else {
+            r: torch.Generator().manual_seed(data_seed + 1_000_003 * (r - 1)).get_state() for r in range(1, self.n + 1)}
+        port, world = free_port(), self.n + 1
+        context = mp.get_context("spawn")
+        frozen = _freeze({"lm": copy.deepcopy(lm).cpu().requires_grad_(False), "tok": tok, "task": task})
+        self.procs = {}
+        for r in range(1, self.n + 1):
+            setup = {"frozen": frozen, "impl": args.impl, "dtype": args.sampler_dtype,
+                     "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "chunk": chunk,
+                     "generator": self.streams[r], "threads": args.threads, "free_running": self.free}
+            self.procs[r] = context.Process(target=sampler_main, args=(r, world, port, setup), daemon=True,
+                                            name=f"sampler-{r}")
+            self.procs[r].start()
+        _join(port, 0, world)
+        self.outbox, self.inboxes = Outbox(), {r: Inbox(r) for r in range(1, self.n + 1)}
+        self.ordered = start  # the next batch to order
+        newest = max(self.versions)
+        for version in (sorted(self.versions) if not self.free else [newest]):
+            self._send_weights(version)
+        self.closed = False
+
+    def _send_weights(self, version: int) -> None:
+        """Weights of ``version`` to every sampler, then the orders they allow."""
+        for r in self.procs:
+            self.outbox.send({"kind": "weights", "version": version, "weights": self.versions[version]}, r)
+        while self.ordered < self.iterations and self._allowed(self.ordered, version):
+            j = self.ordered
+            self.outbox.send({"kind": "order", "index": j, "prompts": self.prompts_of(j)}, self.sampler_of(j))
+            self.ordered += 1
+
+    def _allowed(self, batch: int, version: int) -> bool:
+        if self.free:
+            return self.part10.may_sample(batch, version, self.lag)
+        return self.part10.sampling_version(batch, self.lag) <= version
+
+    def sampler_of(self, batch: int) -> int:
+        return batch % self.n + 1
+
+    def next(self, it: int, prompts=None) -> Sampled:
+        """Batch ``it``, from its sampler (waits for it; :class:`SamplingStopped` if the sampler cannot send it)."""
+        r = self.sampler_of(it)
+        if self.ordered <= it:
+            raise RuntimeError(f"batch {it} was never ordered: check sampling_version / may_sample")
+        try:
+            message = self.inboxes[r].get(timeout_s())
+        except PeerGone as error:
+            raise SamplingStopped("failed", f"sampler {r} {self._fate(r, str(error))} before sending batch {it + 1}") from None
+        if message["kind"] == "stopping":
+            raise SamplingStopped("interrupted", f"sampler {r} stopped on {message['signal']}")
+        if message["kind"] == "error":
+            raise SamplingStopped("failed", f"sampler {r} raised {message['line']}", ) from _Remote(message["traceback"])
+        sampled: Sampled = message["sampled"]
+        self.streams[r] = message["generator"]
+        return sampled
+
+    def _fate(self, r: int, detail: str) -> str:
+        proc = self.procs[r]
+        proc.join(timeout=1.0)
+        code = proc.exitcode
+        if code is None:
+            return f"(pid {proc.pid}) stopped answering ({detail})"
+        if code < 0:
+            return f"(pid {proc.pid}) was killed by {signal.Signals(-code).name}"
+        return f"(pid {proc.pid}) exited with status {code}"
+
+    def publish(self, version: int, lm: nn.Module) -> None:
+        """The learner has made update ``version``: send its weights (and the orders it allows)."""
+        self.versions[version] = flat_weights(lm)
+        oldest = max(0, version - self.lag) if not self.free else version
+        for v in [v for v in self.versions if v < oldest]:
+            del self.versions[v]
+        self._send_weights(version)
+
+    def state(self) -> dict:
+        """What a resumed run needs: the weights still to be used and each sampler's random stream."""
+        return {"versions": dict(self.versions), "streams": dict(self.streams)}
+
+    def close(self) -> None:
+        """Stop every sampler and wait for it (killing one that does not stop within 10 s); leave the group."""
+        if self.closed:
+            return
+        self.closed = True
+        for r, proc in self.procs.items():
+            if proc.is_alive():
+                try:
+                    self.outbox.send({"kind": "stop"}, r)
+                except RuntimeError:
+                    pass
+        deadline = time.monotonic() + 10.0
+        for proc in self.procs.values():
+            proc.join(timeout=max(0.1, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5.0)
+        try:
+            dist.destroy_process_group()
+        except Exception:  # a group whose peers died may not tear down cleanly; the processes are gone
+            pass
+
+
+class _Remote(Exception):
+    """A sampler's traceback, attached to the learner's :class:`SamplingStopped` (written to error.txt)."""
