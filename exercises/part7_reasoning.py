@@ -223,6 +223,7 @@ def clip_higher_loss(
     eps_low: float = 0.2,
     eps_high: float = 0.28,
     normalisation: str = "token",
+    weights: Float[Tensor, "batch resp"] | None = None,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
     """PPO's clipped surrogate with an asymmetric clip range: DAPO's clip-higher.
 
@@ -255,6 +256,30 @@ def clip_higher_loss(
     - ``max`` of the two losses (= min of the objectives), as in Parts 1 and 3.
     - Stats are detached: returning them with their graph keeps every activation alive.
     - ``ValueError`` for an unknown normalisation.
+
+    ``weights`` (Part 10; ``None`` in every earlier part): per-token importance weights of a
+    rollout sampled by *another* policy (Part 10's ``importance_weights``: detached, ≥ 0, 0
+    outside the mask). Each token's term is multiplied by its weight before the reduction,
+    and the reduction's denominators stay the counts of real tokens (``Σ_b n_b`` for
+    "token", ``n_b`` per row for "sequence"), as TRL does:
+
+        per_tok  ←  per_tok · weights
+
+    ``None`` is all ones: exactly the unweighted result (bit for bit). The stats stay
+    *unweighted*: they describe the policy's ratio and clip, not the correction.
+
+    Why: the old log-probs of a rollout made by a stale or lower-precision sampler are the
+    learner's, recomputed, so the ratio above corrects only the learner's own update; the
+    weight π_old / π_sampler corrects for having sampled from someone else (truncated or
+    masked in Part 10 so its variance is bounded).
+
+    Traps (weights):
+    - Multiply the *term*, not the ratio: ``clip(w · ratio)`` moves the clip to other tokens
+      (a small weight pulls a ratio into the range, a large one pushes it out).
+    - Do not divide by ``Σ w·m``: renormalising is self-normalised IS, a different (biased)
+      estimator whose scale changes with the sampler; a token of weight 0 loses its term
+      and keeps its count.
+    - The weights are constants: ``detach`` them, or the loss pushes gradient into them.
     """
     raise NotImplementedError()
 
@@ -267,6 +292,7 @@ def gspo_loss(
     mask: Mask[Tensor, "batch resp"],
     eps_low: float = 3e-4,
     eps_high: float = 4e-4,
+    weights: Float[Tensor, "batch resp"] | None = None,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
     """GSPO: one importance ratio per *sequence*, length-normalised, clipped per sequence.
 
@@ -291,6 +317,24 @@ def gspo_loss(
       ratio, which explodes or vanishes with length) and not divided by the padded width.
     - The clip decides per sequence: when it binds, every token of that sequence loses its
       gradient together.
+
+    ``weights`` (Part 10; ``None`` in every earlier part): per-token importance weights of a
+    rollout sampled by another policy, as in :func:`clip_higher_loss` (detached, ≥ 0, 0
+    outside the mask). GSPO's term is per sequence, and each real token carries it; weighting
+    each token's copy and averaging over the row's n_b tokens gives each row's loss times the
+    **mean of its real tokens' weights**:
+
+        w̄_b      = Σ_t weights_bt · mask_bt / n_b
+        loss     = mean of loss_b · w̄_b over rows with n_b > 0
+
+    — the row count, like n_b, is unchanged by the weights (a row whose weights are all 0
+    adds 0 and still counts). ``None`` is all ones: exactly the unweighted result (bit for
+    bit). The stats stay unweighted (they describe s_b and its clip).
+
+    Traps (weights): the weight multiplies the sequence's loss after the clip, not s_b before
+    it; it is the *mean* of the tokens' weights, not their product (that is a sequence-level
+    ratio, Part 10's other mode, and it vanishes or explodes with length) nor their sum (that
+    weighs long rows more); and the weights are constants (``detach``).
     """
     raise NotImplementedError()
 
@@ -304,6 +348,7 @@ def cispo_loss(
     eps_low: float = 1.0,
     eps_high: float = 0.28,
     normalisation: str = "token",
+    weights: Float[Tensor, "batch resp"] | None = None,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
     """CISPO: clip the importance weight, stop its gradient, and keep every token's gradient.
 
@@ -329,6 +374,15 @@ def cispo_loss(
       (and unbounded) update.
     - The loss is ``−w · A · logprobs``, with the log-probs themselves, not the ratio.
     - ``ValueError`` for an unknown normalisation.
+
+    ``weights`` (Part 10; ``None`` in every earlier part): per-token importance weights of a
+    rollout sampled by another policy, as in :func:`clip_higher_loss` (detached, ≥ 0, 0
+    outside the mask) — not CISPO's own ``w``: each token's term is multiplied by its weight
+    before the reduction, ``per_tok ← per_tok · weights``, denominators unchanged (real-token
+    counts). ``None`` is all ones: exactly the unweighted result (bit for bit). The stats stay
+    unweighted. Traps as in :func:`clip_higher_loss`: the weight goes on the term, not into
+    the ratio before the clip (``clip(weights · ratio)`` caps the product at 1 + eps_high and
+    undoes the correction); no renormalising by ``Σ weights·m``; ``detach`` it.
     """
     raise NotImplementedError()
 

@@ -262,6 +262,7 @@ def clip_higher_loss(
     eps_low: float = 0.2,
     eps_high: float = 0.28,
     normalisation: str = "token",
+    weights: Float[Tensor, "batch resp"] | None = None,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
     """PPO's clipped surrogate with an asymmetric clip range: DAPO's clip-higher.
 
@@ -294,6 +295,30 @@ def clip_higher_loss(
     - ``max`` of the two losses (= min of the objectives), as in Parts 1 and 3.
     - Stats are detached: returning them with their graph keeps every activation alive.
     - ``ValueError`` for an unknown normalisation.
+
+    ``weights`` (Part 10; ``None`` in every earlier part): per-token importance weights of a
+    rollout sampled by *another* policy (Part 10's ``importance_weights``: detached, ≥ 0, 0
+    outside the mask). Each token's term is multiplied by its weight before the reduction,
+    and the reduction's denominators stay the counts of real tokens (``Σ_b n_b`` for
+    "token", ``n_b`` per row for "sequence"), as TRL does:
+
+        per_tok  ←  per_tok · weights
+
+    ``None`` is all ones: exactly the unweighted result (bit for bit). The stats stay
+    *unweighted*: they describe the policy's ratio and clip, not the correction.
+
+    Why: the old log-probs of a rollout made by a stale or lower-precision sampler are the
+    learner's, recomputed, so the ratio above corrects only the learner's own update; the
+    weight π_old / π_sampler corrects for having sampled from someone else (truncated or
+    masked in Part 10 so its variance is bounded).
+
+    Traps (weights):
+    - Multiply the *term*, not the ratio: ``clip(w · ratio)`` moves the clip to other tokens
+      (a small weight pulls a ratio into the range, a large one pushes it out).
+    - Do not divide by ``Σ w·m``: renormalising is self-normalised IS, a different (biased)
+      estimator whose scale changes with the sampler; a token of weight 0 loses its term
+      and keeps its count.
+    - The weights are constants: ``detach`` them, or the loss pushes gradient into them.
     """
     if normalisation not in ("token", "sequence"):
         raise ValueError(f"unknown normalisation {normalisation!r}; expected token or sequence")
@@ -301,6 +326,8 @@ def clip_higher_loss(
     ratio = torch.exp(logprobs - old_logprobs)
     adv = advantages[:, None]
     per_tok = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high))
+    if weights is not None:  # the sampler's correction: on each token's term, after the clip, as a constant
+        per_tok = per_tok * weights.detach()
     lengths = m.sum(dim=1)
     if normalisation == "token":  # Part 3's masked_mean, unless there is no real token at all
         loss = masked_mean(per_tok, m) if lengths.sum() > 0 else (per_tok * m).sum()
@@ -325,6 +352,7 @@ def gspo_loss(
     mask: Mask[Tensor, "batch resp"],
     eps_low: float = 3e-4,
     eps_high: float = 4e-4,
+    weights: Float[Tensor, "batch resp"] | None = None,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
     """GSPO: one importance ratio per *sequence*, length-normalised, clipped per sequence.
 
@@ -349,6 +377,24 @@ def gspo_loss(
       ratio, which explodes or vanishes with length) and not divided by the padded width.
     - The clip decides per sequence: when it binds, every token of that sequence loses its
       gradient together.
+
+    ``weights`` (Part 10; ``None`` in every earlier part): per-token importance weights of a
+    rollout sampled by another policy, as in :func:`clip_higher_loss` (detached, ≥ 0, 0
+    outside the mask). GSPO's term is per sequence, and each real token carries it; weighting
+    each token's copy and averaging over the row's n_b tokens gives each row's loss times the
+    **mean of its real tokens' weights**:
+
+        w̄_b      = Σ_t weights_bt · mask_bt / n_b
+        loss     = mean of loss_b · w̄_b over rows with n_b > 0
+
+    — the row count, like n_b, is unchanged by the weights (a row whose weights are all 0
+    adds 0 and still counts). ``None`` is all ones: exactly the unweighted result (bit for
+    bit). The stats stay unweighted (they describe s_b and its clip).
+
+    Traps (weights): the weight multiplies the sequence's loss after the clip, not s_b before
+    it; it is the *mean* of the tokens' weights, not their product (that is a sequence-level
+    ratio, Part 10's other mode, and it vanishes or explodes with length) nor their sum (that
+    weighs long rows more); and the weights are constants (``detach``).
     """
     m = mask.to(logprobs.dtype)
     lengths = m.sum(dim=1)
@@ -356,6 +402,9 @@ def gspo_loss(
     log_s = ((logprobs - old_logprobs) * m).sum(dim=1) / lengths.clamp(min=1.0)
     s = torch.exp(log_s)
     per_seq = torch.maximum(-advantages * s, -advantages * torch.clamp(s, 1.0 - eps_low, 1.0 + eps_high))
+    if weights is not None:  # each row's loss times the mean weight of its real tokens, a constant
+        mean_weight = (weights.detach() * m).sum(dim=1) / lengths.clamp(min=1.0)
+        per_seq = per_seq * mean_weight
     rows = has_tokens.sum().clamp(min=1.0)
     loss = (per_seq * has_tokens).sum() / rows
     stats = {
@@ -375,6 +424,7 @@ def cispo_loss(
     eps_low: float = 1.0,
     eps_high: float = 0.28,
     normalisation: str = "token",
+    weights: Float[Tensor, "batch resp"] | None = None,
 ) -> tuple[Float[Tensor, ""], dict[str, Tensor]]:
     """CISPO: clip the importance weight, stop its gradient, and keep every token's gradient.
 
@@ -400,6 +450,15 @@ def cispo_loss(
       (and unbounded) update.
     - The loss is ``−w · A · logprobs``, with the log-probs themselves, not the ratio.
     - ``ValueError`` for an unknown normalisation.
+
+    ``weights`` (Part 10; ``None`` in every earlier part): per-token importance weights of a
+    rollout sampled by another policy, as in :func:`clip_higher_loss` (detached, ≥ 0, 0
+    outside the mask) — not CISPO's own ``w``: each token's term is multiplied by its weight
+    before the reduction, ``per_tok ← per_tok · weights``, denominators unchanged (real-token
+    counts). ``None`` is all ones: exactly the unweighted result (bit for bit). The stats stay
+    unweighted. Traps as in :func:`clip_higher_loss`: the weight goes on the term, not into
+    the ratio before the clip (``clip(weights · ratio)`` caps the product at 1 + eps_high and
+    undoes the correction); no renormalising by ``Σ weights·m``; ``detach`` it.
     """
     if normalisation not in ("token", "sequence"):
         raise ValueError(f"unknown normalisation {normalisation!r}; expected token or sequence")
@@ -407,6 +466,8 @@ def cispo_loss(
     ratio = torch.exp(logprobs - old_logprobs)
     weight = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high).detach()
     per_tok = -weight * advantages[:, None] * logprobs
+    if weights is not None:  # the sampler's correction, on the term (after CISPO's own clip), a constant
+        per_tok = per_tok * weights.detach()
     lengths = m.sum(dim=1)
     if normalisation == "token":  # Part 3's masked_mean, unless there is no real token at all
         loss = masked_mean(per_tok, m) if lengths.sum() > 0 else (per_tok * m).sum()

@@ -439,18 +439,21 @@ def stats_have_no_graph(impl, exercise: str, *settings, spread: float = 0.4):
                                   [mistake(exercise, "stats_keep_the_graph")] if exercise == "clip_higher_loss" else []))
 
 
-def empty_mask_check(impl, ref, exercise: str, *settings):
-    """Every row masked out (all completions truncated): loss 0, finite, and backward works."""
+def empty_mask_check(impl, ref, exercise: str, *settings, weighted: bool = False):
+    """Every row masked out (all completions truncated): loss 0, finite, and backward works.
+
+    ``weighted``: with Part 10's importance weights, which are 0 outside the mask, so all 0 here."""
     logprobs, old, adv, mask = loss_inputs(12)
     mask = torch.zeros_like(mask)
     logprobs.requires_grad_(True)
-    loss, stats = getattr(impl, exercise)(logprobs, old, adv, mask, *settings)
-    expected, _ = getattr(ref, exercise)(logprobs.detach(), old, adv, mask, *settings)
+    kwargs = {"weights": torch.zeros_like(mask)} if weighted else {}
+    loss, stats = getattr(impl, exercise)(logprobs, old, adv, mask, *settings, **kwargs)
+    expected, _ = getattr(ref, exercise)(logprobs.detach(), old, adv, mask, *settings, **kwargs)
     stats = documented_keys(stats, LOSS_STATS)
     # The docstrings: the loss is 0 and every stat is 0 — not NaN (the trainer stops on a NaN stat), nor another number.
     if not torch.isfinite(loss) or loss.item() != expected.item() or not all(v.item() == 0.0 for v in stats.values()):
         labels = [mistake(exercise, "nan_for_an_empty_mask")] if exercise == "clip_higher_loss" else []
-        raise WrongAnswer(explain(f"{exercise}(..., an all-zero mask)",
+        raise WrongAnswer(explain(f"{exercise}(..., an all-zero mask{', weights=0' if weighted else ''})",
                                   f"expected loss {expected.item()} and every stat 0, got {loss.item()} and "
                                   f"{ {k: v.item() for k, v in stats.items()} }", labels))
     if not loss.requires_grad:
@@ -748,3 +751,316 @@ def test_cispo_loss_with_a_single_real_token(impl, ref, normalisation):
 def test_cispo_does_not_count_a_ratio_on_its_bound(impl):
     tie_check(impl, "cispo_loss", 0.25, 0.25, "token",
               why="ratio 1/4 < 1 − 0 and ratio 2 > 1 + 0 are clipped whatever A; ratio 1, on both bounds, is not")
+
+
+# --- the losses with Part 10's importance weights ------------------------------------------
+# weights= is the sampler's correction (Part 10): each token's term times its weight, the denominators the
+# real-token counts (n_b, Σ n_b, the rows with tokens) whatever the weights; GSPO's row loss times the mean weight
+# of the row's real tokens; None is all ones bit for bit; the stats unweighted; the weights constants.
+
+WEIGHT_VALUES = (0.3, 1.7, 0.0, 0.9, 2.4, 0.1)
+ROW_WEIGHTS = (0.3, 1.7, 0.0, 2.4, 0.1, 0.9, 1.3, 0.6, 1.1, 0.2)  # row 1 is the empty row; row 2, real, weighs 0
+WEIGHT_PATTERNS = ("tokens", "rows")
+# Settings and inputs that bind both clips, and not everywhere: (settings, spread, batch, seed).
+WEIGHTED_SETTINGS = {
+    "clip_higher_loss": [((0.2, 0.28, "token"), 0.6, 7, 0), ((0.1, 0.3, "sequence"), 0.6, 7, 1)],
+    "gspo_loss": [((3e-4, 4e-4), 1e-3, 10, 8), ((0.2, 0.28), 0.8, 10, 9)],
+    "cispo_loss": [((0.3, 0.28, "token"), 0.8, 7, 2), ((0.2, 0.2, "sequence"), 0.8, 7, 3)],
+}
+
+
+def importance_weights(pattern: str, mask: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """Weights as Part 10 gives them: ≥ 0, 0 outside the mask; per token from WEIGHT_VALUES, or one per row."""
+    m = mask.to(torch.float32)
+    if pattern == "tokens":
+        picks = torch.randint(len(WEIGHT_VALUES), m.shape, generator=torch.Generator().manual_seed(seed))
+        return torch.tensor(WEIGHT_VALUES)[picks] * m
+    return torch.tensor(ROW_WEIGHTS[:m.shape[0]])[:, None] * m
+
+
+def weighted_inputs(exercise: str, case: int, pattern: str):
+    settings, spread, batch, seed = WEIGHTED_SETTINGS[exercise][case]
+    logprobs, old, adv, mask = loss_inputs(seed, spread=spread, batch=batch)
+    return (logprobs, old, adv, mask), settings, importance_weights(pattern, mask, seed + 100)
+
+
+def weighted_reference_check(impl, ref, exercise: str, case: int, pattern: str):
+    args, settings, weights = weighted_inputs(exercise, case, pattern)
+    _, stats = getattr(ref, exercise)(*args, *settings, weights=weights)
+    assert 0 < stats["policy/clipfrac_low"] and 0 < stats["policy/clipfrac_high"], "test inputs must bind both clips"
+    assert stats["policy/clipfrac_low"] + stats["policy/clipfrac_high"] < 0.8, "test inputs must not clip everything"
+    check_call_documented_keys(impl, ref, exercise, *args, *settings, weights=weights, keys=LOSS_STATS)
+
+    def run(fn):
+        logprobs, old, adv, mask = (a.clone() for a in args)
+        logprobs.requires_grad_(True)
+        loss, _ = fn(logprobs, old, adv, mask, *settings, weights=weights.clone())
+        loss.backward()
+        return logprobs.grad
+    check_exercise(impl, ref, exercise, run, call=f"{exercise}(..., {', '.join(map(repr, settings))}, weights=<{pattern}>)"
+                                                  ".backward(): d loss / d logprobs")
+
+
+def loss_grad_stats(impl, exercise: str, args, settings, **kwargs):
+    logprobs, old, adv, mask = (a.clone() for a in args)
+    logprobs.requires_grad_(True)
+    loss, stats = getattr(impl, exercise)(logprobs, old, adv, mask, *settings, **kwargs)
+    loss.backward()
+    return loss.detach(), logprobs.grad, documented_keys(stats, LOSS_STATS)
+
+
+def none_is_all_ones_check(impl, exercise: str, case: int):
+    """No weights=, weights=None and weights of 1 on every real token (0 outside, as Part 10 gives them): the same
+    loss, gradient and stats, bit for bit — the docstring's promise that the trainer without a correction is today's."""
+    args, settings, _ = weighted_inputs(exercise, case, "tokens")
+    ones = args[3].to(torch.float32)
+    plain = loss_grad_stats(impl, exercise, args, settings)
+    for kwargs in ({"weights": None}, {"weights": ones}):
+        got = loss_grad_stats(impl, exercise, args, settings, **kwargs)
+        same = torch.equal(got[0], plain[0]) and torch.equal(got[1], plain[1]) and got[2].keys() == plain[2].keys() \
+            and all(torch.equal(got[2][k], plain[2][k]) for k in plain[2])
+        if not same:
+            what = "weights=None" if kwargs["weights"] is None else "weights = 1 on every real token"
+            raise WrongAnswer(explain(describe_call(exercise, *args, *settings, **kwargs),
+                                      f"with {what} the loss, d loss / d logprobs and stats must be exactly (bit for bit) "
+                                      f"those of a call without weights: got loss {got[0].item()!r}, expected "
+                                      f"{plain[0].item()!r}; gradients equal: {torch.equal(got[1], plain[1])}",
+                                      diagnose(exercise, (got[0], got[2]), *args, *settings, **kwargs)))
+
+
+def _active(adv, ratio, eps_low, eps_high):
+    """Where the pessimistic bound keeps the ratio's gradient: neither A > 0 with ratio > 1 + eps_high,
+    nor A < 0 with ratio < 1 − eps_low."""
+    return ~(((adv > 0) & (ratio > 1 + eps_high)) | ((adv < 0) & (ratio < 1 - eps_low)))
+
+
+def hand_gradient(exercise: str, logprobs, old, adv, mask, settings, weights):
+    """d loss / d logprobs from the docstrings' formulas, in float64, token by token."""
+    lp, old, adv, m, w = (x.double() for x in (logprobs.detach(), old, adv, mask.to(torch.float32), weights))
+    n = m.sum(dim=1)
+    rows = float((n > 0).sum())
+    if exercise == "gspo_loss":
+        eps_low, eps_high = settings
+        s = torch.exp(((lp - old) * m).sum(dim=1) / n.clamp(min=1))
+        mean_w = (w * m).sum(dim=1) / n.clamp(min=1)
+        per_row = -adv * s * _active(adv, s, eps_low, eps_high) * mean_w / n.clamp(min=1) / rows
+        return per_row[:, None] * m
+    eps_low, eps_high, normalisation = settings
+    ratio = torch.exp(lp - old)
+    a = adv[:, None]
+    if exercise == "clip_higher_loss":  # d(−A·ratio)/d logprob = −A·ratio where the ratio is not clipped
+        per_tok = -a * ratio * _active(a, ratio, eps_low, eps_high)
+    else:  # CISPO: −sg(clip(ratio))·A·logprob
+        per_tok = -ratio.clamp(1 - eps_low, 1 + eps_high) * a
+    per_tok = per_tok * w * m
+    if normalisation == "token":
+        return per_tok / n.sum()
+    return per_tok / n.clamp(min=1)[:, None] / rows
+
+
+def hand_gradient_check(impl, exercise: str, case: int, pattern: str):
+    args, settings, weights = weighted_inputs(exercise, case, pattern)
+    _, grad, _ = loss_grad_stats(impl, exercise, args, settings, weights=weights)
+    expected = hand_gradient(exercise, *args, settings, weights)
+    unweighted = hand_gradient(exercise, *args, settings, args[3].to(torch.float32))
+    assert len(set(weights[unweighted != 0].tolist()) - {1.0}) >= 2, "the weights must vary where the gradient is not 0"
+    assert_close(grad.double(), expected, rtol=1e-5, atol=1e-7, name="d loss / d logprobs", msg=lambda m: explain(
+        f"{exercise}(..., {', '.join(map(repr, settings))}, weights=<{pattern}>).backward()",
+        "each token's gradient is its unweighted gradient times its weight, over the unchanged denominators\n  " + m))
+
+
+def hand_loss(exercise: str, adv: list[float], logprobs: list[list[float]], mask: list[list[float]],
+              weights: list[list[float]], normalisation: str) -> float:
+    """The loss from the docstrings when every ratio is 1 (nothing clips): per-token −A (clip-higher, and GSPO's
+    row term) or −A·log π (CISPO), weighted, over the real-token counts."""
+    terms = [[(-a * lp if exercise == "cispo_loss" else -a) * w * m for lp, w, m in zip(lps, ws, ms)]
+             for a, lps, ws, ms in zip(adv, logprobs, weights, mask)]
+    counts = [sum(ms) for ms in mask]
+    if exercise == "gspo_loss":  # loss_b · (mean weight of the real tokens), averaged over rows with tokens
+        rows = [-a * sum(w * m for w, m in zip(ws, ms)) / n for a, ws, ms, n in zip(adv, weights, mask, counts) if n]
+        return sum(rows) / len(rows)
+    if normalisation == "token":
+        return sum(map(sum, terms)) / sum(counts)
+    rows = [sum(t) / n for t, n in zip(terms, counts) if n]
+    return sum(rows) / len(rows)
+
+
+def zero_weight_keeps_its_count_check(impl, exercise: str, normalisation: str | None):
+    # Ratios all 1. Row 0: three real tokens, the first weighs 0. Row 1: two real tokens, both weigh 0 (it adds 0 and
+    # still counts, as a row and as two tokens). Row 2: one real token, weight 0.9. Row 3: no real token.
+    lp = [[-0.1, -0.2, -0.3], [-0.4, -0.5, 0.0], [-0.7, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    mask = [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    weights = [[0.0, 1.7, 0.3], [0.0, 0.0, 0.0], [0.9, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    adv = [1.0, -0.5, 2.0, 1.5]
+    settings = (0.2, 0.28) if exercise == "gspo_loss" else (0.2, 0.28, normalisation)
+    args = (torch.tensor(lp), torch.tensor(lp), torch.tensor(adv), torch.tensor(mask))
+    loss, stats = getattr(impl, exercise)(*args, *settings, weights=torch.tensor(weights))
+    expected = hand_loss(exercise, adv, lp, mask, weights, normalisation or "sequence")
+    if abs(loss.item() - expected) > 1e-6:
+        raise WrongAnswer(explain(describe_call(exercise, *args, *settings, weights=torch.tensor(weights)),
+                                  f"expected loss {expected:.6f} (a token of weight 0 loses its term, not its count; a "
+                                  f"row whose weights are all 0 still counts), got {loss.item():.6f}",
+                                  diagnose(exercise, (loss, stats), *args, *settings, weights=torch.tensor(weights))))
+
+
+def no_grad_into_weights_check(impl, exercise: str, case: int):
+    args, settings, weights = weighted_inputs(exercise, case, "tokens")
+    weights = weights.clone().requires_grad_(True)
+    logprobs, old, adv, mask = (a.clone() for a in args)
+    logprobs.requires_grad_(True)
+    loss, stats = getattr(impl, exercise)(logprobs, old, adv, mask, *settings, weights=weights)
+    loss.backward()
+    problems = []
+    if weights.grad is not None and bool((weights.grad != 0).any()):
+        problems.append("the weights received a gradient from the loss: they are constants (detach them)")
+    kept = sorted(k for k, v in stats.items() if v.requires_grad)
+    if kept:
+        problems.append(f"stats {kept} keep the autograd graph")
+    if logprobs.grad is None:
+        problems.append("no gradient reached logprobs")
+    if problems:
+        raise WrongAnswer(explain(f"{exercise}(..., weights that require grad)", "; ".join(problems),
+                                  [mistake(exercise, "importance_weights_not_detached")] if weights.grad is not None else []))
+
+
+def stats_ignore_weights_check(impl, exercise: str, case: int, pattern: str):
+    args, settings, weights = weighted_inputs(exercise, case, pattern)
+    _, plain = getattr(impl, exercise)(*args, *settings)
+    _, weighted = getattr(impl, exercise)(*args, *settings, weights=weights)
+    plain, weighted = documented_keys(plain, LOSS_STATS), documented_keys(weighted, LOSS_STATS)
+    changed = [k for k in plain if k not in weighted or not torch.equal(weighted[k], plain[k])]
+    if changed:
+        raise WrongAnswer(explain(f"{exercise}(..., {', '.join(map(repr, settings))}, weights=<{pattern}>)",
+                                  f"the stats {changed} changed with the weights: they stay unweighted (they describe "
+                                  f"the policy's ratio and clip, not the sampler's correction)",
+                                  [mistake(exercise, "stats_weighted_by_the_importance_weights")]))
+
+
+@pytest.mark.exercise("clip_higher_loss")
+@pytest.mark.parametrize("pattern", WEIGHT_PATTERNS)
+@pytest.mark.parametrize("case", [0, 1], ids=["token", "sequence"])
+def test_clip_higher_loss_weighted_matches_reference(impl, ref, case, pattern):
+    weighted_reference_check(impl, ref, "clip_higher_loss", case, pattern)
+
+
+@pytest.mark.exercise("clip_higher_loss")
+@pytest.mark.parametrize("case", [0, 1], ids=["token", "sequence"])
+def test_clip_higher_loss_without_weights_is_all_ones_bit_for_bit(impl, case):
+    none_is_all_ones_check(impl, "clip_higher_loss", case)
+
+
+@pytest.mark.exercise("clip_higher_loss")
+@pytest.mark.parametrize("pattern", WEIGHT_PATTERNS)
+@pytest.mark.parametrize("case", [0, 1], ids=["token", "sequence"])
+def test_clip_higher_loss_weighted_gradient_by_hand(impl, case, pattern):
+    hand_gradient_check(impl, "clip_higher_loss", case, pattern)
+
+
+@pytest.mark.exercise("clip_higher_loss")
+@pytest.mark.parametrize("normalisation", ["token", "sequence"])
+def test_clip_higher_loss_weight_zero_keeps_its_count(impl, normalisation):
+    zero_weight_keeps_its_count_check(impl, "clip_higher_loss", normalisation)
+
+
+@pytest.mark.exercise("clip_higher_loss")
+@pytest.mark.parametrize("case", [0, 1], ids=["token", "sequence"])
+def test_clip_higher_loss_sends_no_gradient_into_the_weights(impl, case):
+    no_grad_into_weights_check(impl, "clip_higher_loss", case)
+
+
+@pytest.mark.exercise("clip_higher_loss")
+@pytest.mark.parametrize("pattern", WEIGHT_PATTERNS)
+def test_clip_higher_loss_stats_ignore_the_weights(impl, pattern):
+    stats_ignore_weights_check(impl, "clip_higher_loss", 0, pattern)
+
+
+@pytest.mark.exercise("clip_higher_loss")
+@pytest.mark.parametrize("normalisation", ["token", "sequence"])
+def test_clip_higher_loss_weighted_with_every_row_masked_out(impl, ref, normalisation):
+    empty_mask_check(impl, ref, "clip_higher_loss", 0.2, 0.28, normalisation, weighted=True)
+
+
+@pytest.mark.exercise("gspo_loss")
+@pytest.mark.parametrize("pattern", WEIGHT_PATTERNS)
+@pytest.mark.parametrize("case", [0, 1], ids=["papers_eps", "wide_eps"])
+def test_gspo_loss_weighted_matches_reference(impl, ref, case, pattern):
+    weighted_reference_check(impl, ref, "gspo_loss", case, pattern)
+
+
+@pytest.mark.exercise("gspo_loss")
+@pytest.mark.parametrize("case", [0, 1], ids=["papers_eps", "wide_eps"])
+def test_gspo_loss_without_weights_is_all_ones_bit_for_bit(impl, case):
+    none_is_all_ones_check(impl, "gspo_loss", case)
+
+
+@pytest.mark.exercise("gspo_loss")
+@pytest.mark.parametrize("pattern", WEIGHT_PATTERNS)
+@pytest.mark.parametrize("case", [0, 1], ids=["papers_eps", "wide_eps"])
+def test_gspo_loss_weighted_gradient_by_hand(impl, case, pattern):
+    hand_gradient_check(impl, "gspo_loss", case, pattern)
+
+
+@pytest.mark.exercise("gspo_loss")
+def test_gspo_loss_weight_zero_keeps_its_count(impl):
+    zero_weight_keeps_its_count_check(impl, "gspo_loss", None)
+
+
+@pytest.mark.exercise("gspo_loss")
+@pytest.mark.parametrize("case", [0, 1], ids=["papers_eps", "wide_eps"])
+def test_gspo_loss_sends_no_gradient_into_the_weights(impl, case):
+    no_grad_into_weights_check(impl, "gspo_loss", case)
+
+
+@pytest.mark.exercise("gspo_loss")
+@pytest.mark.parametrize("pattern", WEIGHT_PATTERNS)
+def test_gspo_loss_stats_ignore_the_weights(impl, pattern):
+    stats_ignore_weights_check(impl, "gspo_loss", 0, pattern)
+
+
+@pytest.mark.exercise("gspo_loss")
+def test_gspo_loss_weighted_with_every_row_masked_out(impl, ref):
+    empty_mask_check(impl, ref, "gspo_loss", 3e-4, 4e-4, weighted=True)
+
+
+@pytest.mark.exercise("cispo_loss")
+@pytest.mark.parametrize("pattern", WEIGHT_PATTERNS)
+@pytest.mark.parametrize("case", [0, 1], ids=["token", "sequence"])
+def test_cispo_loss_weighted_matches_reference(impl, ref, case, pattern):
+    weighted_reference_check(impl, ref, "cispo_loss", case, pattern)
+
+
+@pytest.mark.exercise("cispo_loss")
+@pytest.mark.parametrize("case", [0, 1], ids=["token", "sequence"])
+def test_cispo_loss_without_weights_is_all_ones_bit_for_bit(impl, case):
+    none_is_all_ones_check(impl, "cispo_loss", case)
+
+
+@pytest.mark.exercise("cispo_loss")
+@pytest.mark.parametrize("pattern", WEIGHT_PATTERNS)
+@pytest.mark.parametrize("case", [0, 1], ids=["token", "sequence"])
+def test_cispo_loss_weighted_gradient_by_hand(impl, case, pattern):
+    hand_gradient_check(impl, "cispo_loss", case, pattern)
+
+
+@pytest.mark.exercise("cispo_loss")
+@pytest.mark.parametrize("normalisation", ["token", "sequence"])
+def test_cispo_loss_weight_zero_keeps_its_count(impl, normalisation):
+    zero_weight_keeps_its_count_check(impl, "cispo_loss", normalisation)
+
+
+@pytest.mark.exercise("cispo_loss")
+@pytest.mark.parametrize("case", [0, 1], ids=["token", "sequence"])
+def test_cispo_loss_sends_no_gradient_into_the_weights(impl, case):
+    no_grad_into_weights_check(impl, "cispo_loss", case)
+
+
+@pytest.mark.exercise("cispo_loss")
+@pytest.mark.parametrize("pattern", WEIGHT_PATTERNS)
+def test_cispo_loss_stats_ignore_the_weights(impl, pattern):
+    stats_ignore_weights_check(impl, "cispo_loss", 0, pattern)
+
+
+@pytest.mark.exercise("cispo_loss")
+@pytest.mark.parametrize("normalisation", ["token", "sequence"])
+def test_cispo_loss_weighted_with_every_row_masked_out(impl, ref, normalisation):
+    empty_mask_check(impl, ref, "cispo_loss", 1.0, 0.28, normalisation, weighted=True)

@@ -76,7 +76,9 @@ def mask_rows(responses, eos_id, mask_truncated=True):
     return mask, truncated
 
 
-def _reduce(per_tok, m, normalisation):
+def _reduce(per_tok, m, normalisation, weights=None):
+    if weights is not None:  # Part 10's importance weights: constants on each token's term
+        per_tok = per_tok * weights.detach()
     lengths = m.sum(dim=1)
     if normalisation == "token":
         return (per_tok * m).sum() / torch.clamp(lengths.sum(), min=1.0)
@@ -86,7 +88,8 @@ def _reduce(per_tok, m, normalisation):
 
 @part7("clip_higher_loss", "where_on_advantage_sign",
        "the pessimistic bound chosen with torch.where on the advantage's sign; per-row means in a loop")
-def clip_higher_where(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28, normalisation="token"):
+def clip_higher_where(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28, normalisation="token",
+                      weights=None):
     if normalisation not in ("token", "sequence"):
         raise ValueError("unknown normalisation")
     m = mask.float().to(logprobs.dtype)
@@ -102,13 +105,14 @@ def clip_higher_where(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps
             "policy/clipfrac_high": ((ratio > 1 + eps_high) & (adv > 0) & real).sum().to(m.dtype) / count,
             "policy/ratio": (ratio * m).sum() / count,
         }
-    return _reduce(-objective, m, normalisation), stats
+    return _reduce(-objective, m, normalisation, weights), stats
 
 
 @part7("clip_higher_loss", "stacked_min_and_more_stats",
        "the two objectives stacked and torch.min over them, the token mean as a ratio of masked sums, and stats with "
        "two keys more than the docstring names (a total clip fraction and an approximate KL)")
-def clip_higher_stacked(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28, normalisation="token"):
+def clip_higher_stacked(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28, normalisation="token",
+                        weights=None):
     if normalisation not in ("token", "sequence"):
         raise ValueError("unknown normalisation")
     m = mask.to(logprobs.dtype)
@@ -117,6 +121,8 @@ def clip_higher_stacked(logprobs, old_logprobs, advantages, mask, eps_low=0.2, e
     a = advantages.view(-1, 1)
     both = torch.stack([ratio * a, ratio.clamp(1 - eps_low, 1 + eps_high) * a])
     per_tok = -both.min(dim=0).values * m
+    if weights is not None:
+        per_tok = per_tok * weights.detach()
     n = m.sum(dim=1)
     if normalisation == "token":
         loss = per_tok.sum() / n.sum().clamp(min=1)
@@ -134,7 +140,7 @@ def clip_higher_stacked(logprobs, old_logprobs, advantages, mask, eps_low=0.2, e
 
 
 @part7("gspo_loss", "log_space_clip", "the clip range applied in log space, the pessimistic bound chosen by the advantage's sign")
-def gspo_log_space(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_high=4e-4):
+def gspo_log_space(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_high=4e-4, weights=None):
     m = mask.to(logprobs.dtype)
     n = m.sum(dim=1)
     real = n > 0
@@ -143,6 +149,8 @@ def gspo_log_space(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_h
     capped = torch.where(advantages >= 0, torch.exp(log_s.clamp(max=math.log1p(eps_high))),
                          torch.exp(log_s.clamp(min=math.log1p(-eps_low))))
     per_seq = -torch.minimum(s * advantages, capped * advantages)
+    if weights is not None:  # each row's loss times its real tokens' mean weight
+        per_seq = per_seq * torch.where(real, (weights.detach() * m).sum(dim=1) / n.clamp(min=1), torch.zeros_like(n))
     if not real.any():
         return (per_seq * 0).sum(), {k: torch.tensor(0.0) for k in ("policy/clipfrac_low", "policy/clipfrac_high")} | {
             "policy/ratio": torch.tensor(0.0)}
@@ -156,13 +164,16 @@ def gspo_log_space(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_h
 
 
 @part7("cispo_loss", "weight_under_no_grad", "the weight computed under torch.no_grad with min/max, the loss per row in a loop")
-def cispo_no_grad(logprobs, old_logprobs, advantages, mask, eps_low=1.0, eps_high=0.28, normalisation="token"):
+def cispo_no_grad(logprobs, old_logprobs, advantages, mask, eps_low=1.0, eps_high=0.28, normalisation="token",
+                  weights=None):
     if normalisation not in ("token", "sequence"):
         raise ValueError("unknown normalisation")
     m = mask.to(logprobs.dtype)
     with torch.no_grad():
         ratio = torch.exp(logprobs - old_logprobs)
         weight = torch.minimum(torch.maximum(ratio, torch.full_like(ratio, 1 - eps_low)), torch.full_like(ratio, 1 + eps_high))
+        if weights is not None:  # after the clip, under no_grad: one constant per token
+            weight = weight * weights
         count = m.sum().clamp(min=1)
         stats = {
             "policy/clipfrac_low": ((ratio < 1 - eps_low).to(m.dtype) * m).sum() / count,
@@ -191,7 +202,7 @@ def signal_differs_from_first(rewards, group_size):
 
 @part7("gspo_loss", "all_masked_batch_handled_first",
        "a batch without a real token answered first (0·Σ logprobs, constant 0 stats), the rest as GSPO's formula")
-def gspo_empty_first(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_high=4e-4):
+def gspo_empty_first(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_high=4e-4, weights=None):
     m = mask.to(logprobs.dtype)
     if m.sum() == 0:
         zero = torch.tensor(0.0)
@@ -199,7 +210,87 @@ def gspo_empty_first(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps
     rows = m.sum(dim=1) > 0
     s = torch.exp(((logprobs - old_logprobs) * m)[rows].sum(dim=1) / m[rows].sum(dim=1))
     adv = advantages[rows]
-    loss = torch.maximum(-adv * s, -adv * s.clamp(1.0 - eps_low, 1.0 + eps_high)).mean()
+    per_seq = torch.maximum(-adv * s, -adv * s.clamp(1.0 - eps_low, 1.0 + eps_high))
+    if weights is not None:
+        per_seq = per_seq * ((weights.detach() * m)[rows].sum(dim=1) / m[rows].sum(dim=1))
+    loss = per_seq.mean()
     s = s.detach()
     return loss, {"policy/clipfrac_low": ((s < 1.0 - eps_low) & (adv < 0)).float().mean(),
                   "policy/clipfrac_high": ((s > 1.0 + eps_high) & (adv > 0)).float().mean(), "policy/ratio": s.mean()}
+
+
+# --- the losses with Part 10's importance weights, in other styles -----------------------
+
+@part7("clip_higher_loss", "real_tokens_gathered_by_boolean_index",
+       "the real tokens' terms and weights gathered with a boolean index, summed per row with index_add_")
+def clip_higher_gathered(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28, normalisation="token",
+                         weights=None):
+    if normalisation not in ("token", "sequence"):
+        raise ValueError("unknown normalisation")
+    real = mask.bool()
+    rows = real.nonzero()[:, 0]
+    ratio = (logprobs - old_logprobs)[real].exp()
+    adv = advantages[rows]
+    term = -torch.min(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
+    if weights is not None:
+        term = term * weights.detach()[real]
+    n = real.sum(dim=1).to(logprobs.dtype)
+    if normalisation == "token":
+        loss = term.sum() / n.sum().clamp(min=1)
+    else:
+        per_row = torch.zeros(len(n), dtype=logprobs.dtype).index_add_(0, rows, term)
+        has = n > 0
+        loss = (per_row[has] / n[has]).sum() / has.sum().clamp(min=1)
+    with torch.no_grad():
+        count = n.sum().clamp(min=1)
+        stats = {"policy/clipfrac_low": ((ratio < 1 - eps_low) & (adv < 0)).sum() / count,
+                 "policy/clipfrac_high": ((ratio > 1 + eps_high) & (adv > 0)).sum() / count,
+                 "policy/ratio": ratio.sum() / count}
+    return loss, stats
+
+
+@part7("gspo_loss", "sequence_term_weighted_per_token",
+       "each row's clipped term copied onto its real tokens, each copy times its token's weight, averaged over the "
+       "row's tokens, then over the rows (the docstring's 'the same thing')")
+def gspo_per_token_copies(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_high=4e-4, weights=None):
+    m = mask.to(logprobs.dtype)
+    n = m.sum(dim=1)
+    has = n > 0
+    s = torch.exp(((logprobs - old_logprobs) * m).sum(dim=1) / n.clamp(min=1))
+    per_seq = -torch.min(s * advantages, s.clamp(1 - eps_low, 1 + eps_high) * advantages)
+    w = torch.ones_like(m) if weights is None else weights.detach()
+    per_tok = per_seq[:, None] * w * m
+    row = per_tok.sum(dim=1) / n.clamp(min=1)
+    loss = row[has].sum() / has.sum().clamp(min=1)
+    with torch.no_grad():
+        count = has.sum().clamp(min=1)
+        stats = {"policy/clipfrac_low": ((s < 1 - eps_low) & (advantages < 0) & has).sum() / count,
+                 "policy/clipfrac_high": ((s > 1 + eps_high) & (advantages > 0) & has).sum() / count,
+                 "policy/ratio": (s * has).sum() / count}
+    return loss, stats
+
+
+@part7("cispo_loss", "one_detached_product_weight",
+       "CISPO's clipped weight and the importance weight multiplied into one detached coefficient per token, "
+       "the loss as an einsum-free masked sum")
+def cispo_product_weight(logprobs, old_logprobs, advantages, mask, eps_low=1.0, eps_high=0.28, normalisation="token",
+                         weights=None):
+    if normalisation not in ("token", "sequence"):
+        raise ValueError("unknown normalisation")
+    m = mask.to(logprobs.dtype)
+    ratio = (logprobs - old_logprobs).exp()
+    coef = ratio.clamp(1 - eps_low, 1 + eps_high) * advantages[:, None] * m
+    if weights is not None:
+        coef = coef * weights
+    coef = coef.detach()
+    n = m.sum(dim=1)
+    if normalisation == "token":
+        loss = -(coef * logprobs).sum() / n.sum().clamp(min=1)
+    else:
+        loss = -((coef * logprobs).sum(dim=1) / n.clamp(min=1)).sum() / (n > 0).sum().clamp(min=1)
+    with torch.no_grad():
+        count = m.sum().clamp(min=1)
+        stats = {"policy/clipfrac_low": ((ratio < 1 - eps_low) * m).sum() / count,
+                 "policy/clipfrac_high": ((ratio > 1 + eps_high) * m).sum() / count,
+                 "policy/ratio": (ratio * m).sum() / count}
+    return loss, stats
