@@ -1,4 +1,4 @@
-"""Checks on part0_theory.md: it covers the nine topics, every cross-reference resolves, every
+"""Checks on part0_theory.md: it covers its sixteen topics, every cross-reference resolves, every
 image exists, and its worked examples agree with the reference solutions.
 
 These tests check the document and the reference solutions only (never your exercises), so they
@@ -51,6 +51,11 @@ TOPICS = {
          "tool_mask", "MultiTurnEnv", "response_mask", "action_mask", "docs/agents.md"],
     11: ["torchrun", "rank", "all-reduce", "divided by $N$", "equal shares", "seed", "broadcast", "whiten",
          "global batch", "timeout"],
+    16: ["stale", "mismatch", "max_staleness", "bfloat16", "top-p", "importance sampling", "target",
+         "behaviour", "per-token", "product", "variance", "truncated IS", "masked IS", "bias",
+         "trust region", "DeepSeek-V3.2", "negative", "k1 in the reward", "k3 in the loss",
+         "importance-weighted k3", "other direction", "max(S, L)", "speed-up", "lag", "fixed-lag",
+         "free-running", "reproducible", "docs/async_rl.md"],
 }
 
 EXERCISE_REF = re.compile(r"`((?:exercises|solutions)/part\d+_\w+\.py)::([\w.]+)`")
@@ -535,3 +540,193 @@ def test_gae_across_a_tools_reply_is_the_formula_in_the_text():
     assert abs(raw[0, 0].item() - through) > 0.1  # the formula the text warns about is another number
     assert returns[0, 1:u].abs().max() == 0  # the critic is not trained inside the reply
     assert "0.95^{20} \\approx 0.36" in doc() and abs(0.95 ** 20 - 0.36) < 0.005
+
+
+# --- worked examples (i), (j) and (k): Part 10's correction weights, KL gradients, overlap ---------
+# Written out here, not imported from solutions/part10_async.py: these check the document's
+# arithmetic, and tests/test_part10_async.py checks the reference against the same definitions.
+
+def test_worked_example_importance_weights_are_the_formulas_in_the_text():
+    rows = {row[0]: row[1:] for row in table_after("is-weights")[1:]}
+    log_ratio = torch.tensor([number(c) for c in rows["$\\ell_t$"][:-1]], dtype=torch.float64)
+    cap = 3.0
+    assert "$C = 3$" in sections()[16]
+    weights = log_ratio.exp()
+    sequence = log_ratio.sum()
+    expected = {
+        "$w_t = e^{\\ell_t}$": weights,
+        "`token_truncate`": weights.clamp(max=cap),
+        "`token_mask`": torch.where(weights <= cap, weights, torch.zeros_like(weights)),
+        "`sequence_truncate`": torch.full_like(weights, min(sequence.exp().item(), cap)),
+        "`sequence_mask`": torch.full_like(weights, sequence.exp().item() if sequence <= torch.log(torch.tensor(cap)) else 0.0),
+    }
+    assert set(rows) == set(expected) | {"$\\ell_t$"}, f"the importance-weight table's rows changed: {sorted(rows)}"
+    for label, values in expected.items():
+        cells = rows[label][:len(values)]
+        for t, (cell, value) in enumerate(zip(cells, values.tolist())):
+            assert_printed(cell, value, f"{label} at token {t + 1} (C = 3)")
+    assert_printed(rows["$\\ell_t$"][-1].split("=")[-1], sequence.item(), "the sum of the log-ratios")
+    assert_printed(rows["$w_t = e^{\\ell_t}$"][-1].split("=")[-1], sequence.exp().item(), "the sequence's weight")
+    # The text's reading of it: one token over the cap, the others below 1.5, the sequence over the cap.
+    assert (weights > cap).sum() == 1 and weights[weights <= cap].max() < 1.5 and sequence.exp() > cap
+    assert "no other token's ratio is above 1.5" in doc()
+    # The off-policy mask's statistic on the same response: mean of log sampler − log learner.
+    match = re.search(r"the mean is −1\.55 / 6 = (\S+?):", doc())
+    assert match, "the off-policy mask's example lost its 'the mean is −1.55 / 6 = …:' sentence"
+    assert_printed(match.group(1), (-log_ratio).mean().item(), "the mean log-ratio of the off-policy mask")
+
+
+def test_sequence_weight_variance_grows_as_the_text_says():
+    """Independent token weights with mean 1 and second moment 1 + χ²: Var(∏ w_t) = (1 + χ²)^T − 1."""
+    # The identity itself, exactly, on a two-valued token weight (q = (0.5, 0.5), p = (0.55, 0.45)).
+    q = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    w = torch.tensor([0.55, 0.45], dtype=torch.float64) / q
+    chi2 = (q * w ** 2).sum().item() - 1
+    products, probs = torch.ones(1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
+    for _ in range(6):  # all 2^6 sequences of 6 tokens
+        products = (products[:, None] * w[None]).flatten()
+        probs = (probs[:, None] * q[None]).flatten()
+    assert abs((probs * products).sum().item() - 1) < 1e-12
+    assert abs((probs * products ** 2).sum().item() - 1 - ((1 + chi2) ** 6 - 1)) < 1e-12
+    text = sections()[16]
+    assert "$\\chi^2 = 0.01$" in text
+    for length, printed in ((10, "0.105"), (200, "6.32")):
+        assert f"a {length}-token" in text and printed in text
+        assert_printed(printed, 1.01 ** length - 1, f"the variance of a {length}-token sequence weight")
+    assert "1000-token one about 21,000" in text and round(1.01 ** 1000 - 1, -3) == 21_000
+    assert torch.tensor(1000.0, dtype=torch.float64).exp().isinf()  # "inf even in float64"
+
+
+KL_TERMS = ("k1 in the loss", "k1 in the reward", "k3 in the loss", "k3_is in the loss")
+
+
+def kl_table_gradients() -> dict[tuple[str, str], torch.Tensor]:
+    """The expected gradients the table prints, recomputed in float64 from the logits it prints."""
+    rows = {row[0]: row[1:] for row in table_after("kl-policies")[1:]}
+    logits = {name: torch.tensor([number(c) for c in rows[f"logits of {label}"]], dtype=torch.float64)
+              for name, label in (("pi", "$\\pi_\\theta$"), ("ref", "$\\pi_{ref}$"), ("q", "the sampler $q$"))}
+    for name, label in (("pi", "$\\pi_\\theta$"), ("ref", "$\\pi_{ref}$"), ("q", "$q$")):
+        for a, (cell, p) in enumerate(zip(rows[label], logits[name].softmax(0).tolist())):
+            assert_printed(cell, p, f"{label}(a = {a + 1})")
+    ref_logp, q_logp = logits["ref"].log_softmax(0), logits["q"].log_softmax(0)
+    probs = {"$\\pi_\\theta$": logits["pi"].softmax(0), "$q$": logits["q"].softmax(0)}
+
+    def grad(objective) -> torch.Tensor:
+        theta = logits["pi"].clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(objective(theta.log_softmax(0)), theta)
+        return g
+
+    def k3(logp):
+        return (ref_logp - logp).exp() - 1 - (ref_logp - logp)
+
+    # A per-token term f(a) in the loss, tokens drawn from `sampler`: E[∇f] = Σ_a sampler(a) ∇f(a).
+    terms = {
+        "k1 in the loss": lambda logp: logp - ref_logp,
+        "k3 in the loss": k3,
+        "k3_is in the loss": lambda logp: (logp - q_logp).exp() * k3(logp),
+    }
+    out = {(name, sampler): grad(lambda logp, f=f, s=s: (s * f(logp)).sum())
+           for name, f in terms.items() for sampler, s in probs.items()}
+    # k1 in the reward: the policy gradient of the penalty, E_π[k1 ∇log π] with k1 a number (no grad).
+    pi = probs["$\\pi_\\theta$"]
+    out[("k1 in the reward", "$\\pi_\\theta$")] = grad(lambda logp: (pi * (logp - ref_logp).detach() * logp).sum())
+    out[("forward", "")] = grad(lambda logp: (logp.exp() * (logp - ref_logp)).sum())
+    out[("reverse", "")] = grad(lambda logp: (ref_logp.exp() * (ref_logp - logp)).sum())
+    return out
+
+
+def test_worked_example_kl_gradients_are_exact_where_the_text_says():
+    grads = kl_table_gradients()
+    forward, reverse = grads[("forward", "")], grads[("reverse", "")]
+    pi, q = "$\\pi_\\theta$", "$q$"
+    # The claims of the text, to float64 rounding.
+    torch.testing.assert_close(grads[("k1 in the loss", pi)], torch.zeros(5, dtype=torch.float64), rtol=0, atol=1e-15)
+    torch.testing.assert_close(grads[("k1 in the reward", pi)], forward, rtol=0, atol=1e-15)
+    torch.testing.assert_close(grads[("k3 in the loss", pi)], reverse, rtol=0, atol=1e-15)
+    torch.testing.assert_close(grads[("k3_is in the loss", q)], forward, rtol=0, atol=1e-15)
+    assert (grads[("k3 in the loss", q)] - forward).abs().max() > 1e-3  # "neither"
+    assert (grads[("k3 in the loss", q)] - reverse).abs().max() > 1e-3
+    assert (forward - reverse).abs().max() > 1e-2  # the two directions are told apart at 4 decimals
+
+    rows = table_after("kl-gradients")[1:]
+    seen = set()
+    for row in rows:
+        label, sampler, cells, verdict = row[0], row[1], row[2:7], row[7]
+        if "exact" in label:
+            key = ("forward", "") if "(\\pi_\\theta \\Vert \\pi_{ref})" in label else ("reverse", "")
+        else:
+            key = (label, sampler)
+        assert key in grads, f"the KL-gradient table has a row nobody computes: {label!r} sampled from {sampler!r}"
+        seen.add(key)
+        for a, (cell, value) in enumerate(zip(cells, grads[key].tolist())):
+            assert_printed(cell, value, f"∂/∂θ_{a + 1} of {label} (sampled from {sampler})")
+        meaning = {"the target": forward, "the other direction": reverse, "zero": torch.zeros(5, dtype=torch.float64)}
+        if verdict in meaning:
+            torch.testing.assert_close(grads[key], meaning[verdict], rtol=0, atol=1e-12,
+                                       msg=f"the KL-gradient table says {label!r} from {sampler} is {verdict!r}")
+        else:
+            assert verdict == "neither" and all((grads[key] - m).abs().max() > 1e-3 for m in meaning.values())
+    assert len(seen) == len(rows) == 7
+
+    # The values: all three estimators average to the KL the text prints.
+    rows = {row[0]: row[1:] for row in table_after("kl-policies")[1:]}
+    theta, ref, qq = (torch.tensor([number(c) for c in rows[f"logits of {x}"]], dtype=torch.float64)
+                      for x in ("$\\pi_\\theta$", "$\\pi_{ref}$", "the sampler $q$"))
+    logp, ref_logp, q_logp = theta.log_softmax(0), ref.log_softmax(0), qq.log_softmax(0)
+    kl = (logp.exp() * (logp - ref_logp)).sum().item()
+    k3 = (ref_logp - logp).exp() - 1 - (ref_logp - logp)
+    for value in ((logp.exp() * (logp - ref_logp)).sum(), (logp.exp() * k3).sum(),
+                  (q_logp.exp() * (logp - q_logp).exp() * k3).sum()):
+        assert abs(value.item() - kl) < 1e-12
+    match = re.search(r"the exact KL = (\S+?)\.\s", doc())
+    assert match, "section 16 lost its 'the exact KL = …' sentence"
+    assert_printed(match.group(1), kl, "the KL of the five-action example")
+
+
+def test_worked_example_overlap_arithmetic():
+    rows = table_after("overlap")
+    assert len(rows[0]) == 6, f"the overlap table's columns changed: {rows[0]}"
+    for row in rows[1:]:
+        S, L, tau = (number(c) for c in row[:3])
+        assert_printed(row[3], S + L, f"S + L for S={S}, L={L}")
+        assert_printed(row[4], max(S, L) + tau, f"max(S, L) + τ for S={S}, L={L}, τ={tau}")
+        assert_printed(row[5], (S + L) / (max(S, L) + tau), f"the speed-up for S={S}, L={L}, τ={tau}")
+        assert (S + L) / max(S, L) <= 2 + 1e-12
+    assert any(number(r[0]) == number(r[1]) and number(r[2]) == 0 and number(r[5]) == 2 for r in rows[1:])
+    # 0.6× the wall time is a speed-up of 1/0.6; with τ = 0 that needs min(S, L) ≥ 2/3 max(S, L).
+    text = sections()[16]
+    assert "1/0.6 ≈ 1.67" in text and abs(1 / 0.6 - 1.67) < 0.005
+    assert "at least 2/3 of the longer" in text
+    for shorter in (0.6, 2 / 3 - 1e-9, 2 / 3, 0.8):
+        assert ((1 + shorter) / 1 >= 1 / 0.6 - 1e-12) == (shorter >= 2 / 3 - 1e-12)
+
+
+def test_fixed_lag_and_samplers_as_the_text_says():
+    """Batch i sampled by version max(0, i − k); with steady S and L lag 1 gives the whole overlap, N samplers need lag N."""
+    text = sections()[16]
+    assert "$\\max(0, i - k)$" in text and "The first $k + 1$ batches all come from version 0" in text
+    for k in (0, 1, 3):
+        versions = [max(0, i - k) for i in range(10)]
+        assert versions.count(0) == k + 1
+
+    def period(S: float, L: float, n: int, k: int, batches: int = 60) -> float:
+        """Steady-state seconds per batch: n samplers (S each per batch), one learner (L), fixed lag k."""
+        ready = [0.0]  # ready[v]: when version v exists
+        free = [0.0] * n  # when each sampler is next free
+        learner = 0.0
+        for i in range(batches):
+            j = i % n
+            start = max(free[j], ready[max(0, i - k)])  # the sampler waits for version max(0, i - k)
+            free[j] = start + S
+            learner = max(learner, free[j]) + L  # the learner waits for batch i, then makes version i + 1
+            ready.append(learner)
+        return (ready[-1] - ready[batches // 2]) / (batches - batches // 2)
+
+    for S, L in ((1.0, 1.0), (1.5, 0.5), (0.8, 1.2)):
+        assert abs(period(S, L, 1, 0) - (S + L)) < 1e-9  # lag 0: taking turns
+        assert abs(period(S, L, 1, 1) - max(S, L)) < 1e-9  # lag 1: the whole overlap
+        assert abs(period(S, L, 1, 4) - max(S, L)) < 1e-9  # more lag buys nothing at steady times
+    for n in (2, 3):
+        assert abs(period(1.0 * n, 1.0, n, n) - 1.0) < 1e-9  # max(S/N, L) with lag N ...
+        assert period(1.0 * n, 1.0, n, n - 1) > 1.0 + 1e-6  # ... and not with less
+    assert "the lag becomes about $N$" in text and "lag 1 is enough" in text
