@@ -50,6 +50,7 @@ READING = {
     "part7_reasoning": ([13], [10, 9]),
     "part8_atari": ([14], [7, 9]),
     "part9_agents": ([15], [13, 4]),
+    "part10_async": ([16], [5, 13]),
 }
 
 # The part's training command with a small default budget (None: the part has none to run from a notebook).
@@ -61,6 +62,7 @@ TRAIN = {
     "part7_reasoning": ("reason", {"iterations": 20}),
     "part8_atari": ("atari", {"total_timesteps": 20_000}),
     "part9_agents": ("reason", {"task": "calculator", "iterations": 10}),
+    "part10_async": ("reason", {"lag": 2, "correction": "token_truncate", "iterations": 10}),
 }
 NO_TRAIN = {
     "part1_ppo_core": "Part 2 builds a CartPole agent from these functions (`notebooks/part2_cartpole.ipynb`), and "
