@@ -134,13 +134,16 @@ def save_mismatch(m: dict, rows: list[dict], path: Path) -> None:
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     diffs = np.array(m["diffs"])
+    nonzero = diffs[diffs > 0]
     bins = np.logspace(-8, max(-1, np.log10(diffs.max() + 1e-12) + 0.1), 60)
-    left.hist(np.clip(diffs, 1e-8, None), bins=bins)
+    left.hist(nonzero, bins=bins)
     left.set_xscale("log")
     left.set_yscale("log")
     left.set_xlabel("|log π_sampler − log π_learner| per token (bfloat16 sampler, float32 learner, same weights)")
     left.set_ylabel("tokens")
     left.set_title(f"mean {m['mean_abs_logp_diff']:.2e}, p99 {m['p99_abs_logp_diff']:.2e}, KL {m['kl']:.1e} nats/token")
+    left.text(0.97, 0.95, f"{len(diffs) - len(nonzero):,} of {len(diffs):,} tokens equal exactly (not drawn)",
+              transform=left.transAxes, ha="right", va="top", fontsize=8)
     for row in rows:
         acc = [h["env/accuracy"] for h in row["history"]]
         right.plot(range(1, len(acc) + 1), acc, label=f"{row['correction']}: held-out {row['pass1_after']:.3f}", lw=1.2)

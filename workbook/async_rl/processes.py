@@ -127,7 +127,8 @@ class Inbox:
     def __init__(self, src: int):
         self.src = src
         self.arrived: queue.Queue = queue.Queue()
-        threading.Thread(target=self._receive, daemon=True, name=f"inbox-{src}").start()
+        self.thread = threading.Thread(target=self._receive, daemon=True, name=f"inbox-{src}")
+        self.thread.start()
 
     def _receive(self) -> None:
         while True:
@@ -136,8 +137,8 @@ class Inbox:
                 dist.irecv(size, src=self.src).wait()  # the process group's timeout bounds it
                 data = torch.empty(int(size.item()), dtype=torch.uint8)
                 dist.irecv(data, src=self.src).wait()
-            except RuntimeError as error:
-                self.arrived.put(PeerGone(str(error).splitlines()[0][-200:]))
+            except Exception as error:  # the peer died, the deadline passed, or the group is being torn down
+                self.arrived.put(PeerGone((str(error).splitlines() or [type(error).__name__])[0][-200:]))
                 return
             self.arrived.put(_unpack(data))
 
@@ -195,11 +196,17 @@ def _join(port: int, rank: int, world_size: int) -> None:
 
 # --- a sampler process -------------------------------------------------------------------------
 
-def sampler_main(rank: int, world_size: int, port: int, setup: dict) -> None:
-    """What a sampler process runs (``setup``: the model, tokenizer, task and settings the learner gave it)."""
+def _on_stop_signals() -> list[str]:
+    """SIGINT/SIGTERM only set a flag: the sampler finishes the batch in hand, then tells the learner."""
     stop: list[str] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):  # finish the batch in hand, then tell the learner
+    for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.append(signal.Signals(signum).name))
+    return stop
+
+
+def sampler_main(rank: int, world_size: int, port: int, setup: dict) -> None:
+    """What a spawned sampler process runs (``setup``: the model, tokenizer, task and settings the learner gave it)."""
+    stop = _on_stop_signals()
     try:  # die with the learner, even if it is killed (Linux)
         import ctypes
 
@@ -209,13 +216,36 @@ def sampler_main(rank: int, world_size: int, port: int, setup: dict) -> None:
     torch.set_num_threads(setup["threads"])
     setup |= pickle.loads(setup.pop("frozen"))
     _join(port, rank, world_size)
-    generator = torch.Generator()
-    generator.set_state(setup["generator"])
-    sampler = Sampler(setup["lm"], setup["tok"], setup["task"], impl=setup["impl"], dtype=setup["dtype"],
-                      max_new_tokens=setup["max_new_tokens"], temperature=setup["temperature"], chunk=setup["chunk"],
-                      generator=generator)
+    _serve(rank, setup, stop)
+    sys.stdout.flush()
+    os._exit(0)  # no teardown handshake: the learner may already be gone
+
+
+def serve_sampler(args, lm: nn.Module, tok, task, *, chunk: int) -> None:
+    """A torchrun rank ≥ 1 of a ``--samplers N`` job: a sampler (the command built its model, tokenizer and task)."""
+    stop = _on_stop_signals()
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s()))  # where torchrun says
+    setup = {"lm": lm, "tok": tok, "task": task, "impl": args.impl, "dtype": args.sampler_dtype,
+             "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "chunk": chunk,
+             "free_running": args.free_running}
+    _serve(dist.get_rank(), setup, stop)
+    sys.stdout.flush()
+    os._exit(0)  # as a spawned sampler: its receiving thread may still wait on the learner, which is ending too
+
+
+def _serve(rank: int, setup: dict, stop: list[str]) -> None:
+    """A sampler's loop (module docstring, step 2): messages from the learner in order; batches back."""
     inbox, outbox, orders = Inbox(0), Outbox(), deque()
     try:
+        start = inbox.get(timeout_s(), stop=lambda: bool(stop))
+        if start is None or start["kind"] != "start":
+            return
+        generator = torch.Generator()
+        generator.set_state(start["generator"])
+        sampler = Sampler(setup["lm"], setup["tok"], setup["task"], impl=setup["impl"], dtype=setup["dtype"],
+                          max_new_tokens=setup["max_new_tokens"], temperature=setup["temperature"], chunk=setup["chunk"],
+                          generator=generator)
         while True:
             message = None if orders else inbox.get(timeout_s(), stop=lambda: bool(stop))
             if stop:
@@ -251,8 +281,6 @@ def sampler_main(rank: int, world_size: int, port: int, setup: dict) -> None:
         except RuntimeError:
             pass
     outbox.flush(5.0)
-    sys.stdout.flush()
-    os._exit(0)  # no teardown handshake: the learner may already be gone
 
 
 # --- the learner's side -----------------------------------------------------------------------
@@ -272,19 +300,25 @@ class RemoteSampling:
         # Sampler r's stream: the data seed for the first (so one sampler draws what the synchronous run draws).
         self.streams = dict(saved["streams"]) if saved else {
             r: torch.Generator().manual_seed(data_seed + 1_000_003 * (r - 1)).get_state() for r in range(1, self.n + 1)}
-        port, world = free_port(), self.n + 1
-        context = mp.get_context("spawn")
-        frozen = _freeze({"lm": copy.deepcopy(lm).cpu().requires_grad_(False), "tok": tok, "task": task})
         self.procs = {}
-        for r in range(1, self.n + 1):
-            setup = {"frozen": frozen, "impl": args.impl, "dtype": args.sampler_dtype,
-                     "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "chunk": chunk,
-                     "generator": self.streams[r], "threads": args.threads, "free_running": self.free}
-            self.procs[r] = context.Process(target=sampler_main, args=(r, world, port, setup), daemon=True,
-                                            name=f"sampler-{r}")
-            self.procs[r].start()
-        _join(port, 0, world)
-        self.outbox, self.inboxes = Outbox(), {r: Inbox(r) for r in range(1, self.n + 1)}
+        if "WORLD_SIZE" in os.environ:  # torchrun started every rank: ranks 1..N are samplers already
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s()))
+        else:  # start them here, one spawned process each
+            port, world = free_port(), self.n + 1
+            context = mp.get_context("spawn")
+            frozen = _freeze({"lm": copy.deepcopy(lm).cpu().requires_grad_(False), "tok": tok, "task": task})
+            for r in range(1, self.n + 1):
+                setup = {"frozen": frozen, "impl": args.impl, "dtype": args.sampler_dtype,
+                         "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "chunk": chunk,
+                         "threads": args.threads, "free_running": self.free}
+                self.procs[r] = context.Process(target=sampler_main, args=(r, world, port, setup), daemon=True,
+                                                name=f"sampler-{r}")
+                self.procs[r].start()
+            _join(port, 0, world)
+        self.ranks = range(1, self.n + 1)
+        self.outbox, self.inboxes = Outbox(), {r: Inbox(r) for r in self.ranks}
+        for r in self.ranks:
+            self.outbox.send({"kind": "start", "generator": self.streams[r]}, r)
         self.ordered = start  # the next batch to order
         newest = max(self.versions)
         for version in (sorted(self.versions) if not self.free else [newest]):
@@ -293,7 +327,7 @@ class RemoteSampling:
 
     def _send_weights(self, version: int) -> None:
         """Weights of ``version`` to every sampler, then the orders they allow."""
-        for r in self.procs:
+        for r in self.ranks:
             self.outbox.send({"kind": "weights", "version": version, "weights": self.versions[version]}, r)
         while self.ordered < self.iterations and self._allowed(self.ordered, version):
             j = self.ordered
@@ -326,6 +360,8 @@ class RemoteSampling:
         return sampled
 
     def _fate(self, r: int, detail: str) -> str:
+        if r not in self.procs:  # a torchrun rank: torchrun reports how it ended
+            return f"(rank {r}) is gone or stopped answering ({detail})"
         proc = self.procs[r]
         proc.join(timeout=1.0)
         code = proc.exitcode
@@ -352,12 +388,16 @@ class RemoteSampling:
         if self.closed:
             return
         self.closed = True
-        for r, proc in self.procs.items():
-            if proc.is_alive():
+        for r in self.ranks:
+            if r not in self.procs or self.procs[r].is_alive():
                 try:
                     self.outbox.send({"kind": "stop"}, r)
                 except RuntimeError:
                     pass
+        if not self.procs:
+            self.outbox.flush(5.0)
+        for inbox in self.inboxes.values():  # their receives end when the samplers' connections close
+            inbox.thread.join(timeout=5.0)
         deadline = time.monotonic() + 10.0
         for proc in self.procs.values():
             proc.join(timeout=max(0.1, deadline - time.monotonic()))

@@ -166,8 +166,9 @@ def validate_sampling(args) -> None:
     require_at_least("--off-policy-delta", args.off_policy_delta, 0)
     require(not args.free_running or args.samplers > 0, "--free-running",
             "needs --samplers N (in one process every batch is sampled at its fixed lag)")
-    require(args.samplers == 0 or "WORLD_SIZE" not in os.environ, "--samplers",
-            "the command starts its sampler processes itself; run it with python, not torchrun")
+    require(args.samplers == 0 or os.environ.get("WORLD_SIZE", str(args.samplers + 1)) == str(args.samplers + 1),
+            "--samplers", f"under torchrun ranks 1…N are the samplers: start {args.samplers + 1} processes "
+                          f"(--nproc_per_node), or run with python and the command starts them")
     require(args.samplers == 0 or args.algo != "dpo", "--samplers", "dpo trains on fixed preference pairs: nothing to sample")
     require(args.lag == 0 or args.algo != "dpo", "--lag", "dpo trains on fixed preference pairs: nothing to sample")
     for name, off in (("correction", "none"), ("kl_estimator", "k3")):

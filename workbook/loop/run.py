@@ -78,7 +78,8 @@ class Run:
         self.validate(args)
         self.args, self.name = args, self.run_name(args)
         # Under torchrun: rank-dependent prompts and sampling; only rank 0 prints and writes.
-        self.dp = dp = distributed.init(args.impl)
+        # (With --samplers under torchrun the other ranks are samplers, not data-parallel learners.)
+        self.dp = dp = distributed.init(args.impl) if not args.samplers else distributed.context()
         self.data_seed = dp.data_seed(args.seed)
         if dp.is_main and resume is None:
             check_new_run_dir(args.runs_dir, self.name, args.overwrite)
@@ -427,6 +428,8 @@ def train(args: LoopArgs, *, run_class: type[Run], model=None, tok=None, task: T
     iteration in progress). A NaN or inf in a stat or a weight: ``status`` is ``non-finite`` and
     the checkpoint is the last good iteration's.
     """
+    if args.samplers and int(os.environ.get("RANK", "0")) > 0:  # torchrun: this rank is a sampler of rank 0's learner
+        return serve_as_sampler(args, run_class, model=model, tok=tok, task=task, backend=backend, pretrain_args=pretrain_args)
     with StopSignals(message="stopping after this iteration (press Ctrl-C again to stop now)"
                      if os.environ.get("RANK", "0") == "0" else None) as stop:  # torchrun: rank 0 speaks
         run = run_class(args, model=model, tok=tok, task=task, backend=backend, pretrain_args=pretrain_args,
@@ -484,6 +487,22 @@ def train(args: LoopArgs, *, run_class: type[Run], model=None, tok=None, task: T
         return run.finish()
 
 
+
+
+def serve_as_sampler(args: LoopArgs, run_class: type[Run], *, model=None, tok=None, task: Task | None = None, backend=None,
+                     pretrain_args=None) -> dict:
+    """A torchrun rank ≥ 1 of a ``--samplers N`` run: the learner's model, tokenizer and task, built here; then sample."""
+    from workbook.async_rl.processes import serve_sampler
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    distributed._context = distributed.Context(rank, world)  # not the main rank: it prints and writes nothing
+    if model is None:
+        model, tok = (backend or make_backend(args, pretrain_args)).load(args, distributed.Context())
+    if task is None:
+        task = run_class.default_task(run_class.__new__(run_class), args, tok)
+    torch.manual_seed(args.seed)
+    serve_sampler(args, model, tok, task, chunk=run_class.rollout_chunk)
+    return {"run_dir": None, "status": "finished", "iterations": 0}
 
 
 def prepare_runs(args: LoopArgs, seeds: list[int], argv: list[str], *, command: str, args_class: type, check,
