@@ -285,6 +285,7 @@ class RemoteSampling:
             self.procs[r].start()
         _join(port, 0, world)
         self.outbox, self.inboxes = Outbox(), {r: Inbox(r) for r in range(1, self.n + 1)}
+        self.unanswering: set[int] = set()  # samplers that missed a deadline: close() kills them without waiting again
         self.ordered = start  # the next batch to order
         newest = max(self.versions)
         for version in (sorted(self.versions) if not self.free else [newest]):
@@ -330,6 +331,7 @@ class RemoteSampling:
         proc.join(timeout=1.0)
         code = proc.exitcode
         if code is None:
+            self.unanswering.add(r)
             return f"(pid {proc.pid}) stopped answering ({detail})"
         if code < 0:
             return f"(pid {proc.pid}) was killed by {signal.Signals(-code).name}"
@@ -353,7 +355,9 @@ class RemoteSampling:
             return
         self.closed = True
         for r, proc in self.procs.items():
-            if proc.is_alive():
+            if r in self.unanswering:  # it had its deadline; a stopped (SIGSTOP) process would not answer "stop" either
+                proc.kill()
+            elif proc.is_alive():
                 try:
                     self.outbox.send({"kind": "stop"}, r)
                 except RuntimeError:
