@@ -108,10 +108,14 @@ class Outbox:
             self.sent.task_done()
 
     def send(self, obj, dst: int) -> None:
+        """Send ``obj`` to ``dst``; if ``dst`` is gone, drop it: the receive from ``dst`` says what happened to it."""
         data = _pack(obj)
         size = torch.tensor([data.numel()], dtype=torch.int64)
         for tensor in (size, data):
-            self.sent.put((dist.isend(tensor, dst), tensor))
+            try:
+                self.sent.put((dist.isend(tensor, dst), tensor))
+            except RuntimeError:  # gloo knows the connection closed: the receiver was killed, or stopped by itself
+                return
 
     def flush(self, seconds: float) -> None:
         """Wait (at most ``seconds``) until everything sent has been received."""
