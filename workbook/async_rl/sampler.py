@@ -32,7 +32,6 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from workbook.loop.task import Prompt
 from workbook.rlhf.data import Rollout, load_part3, rollout
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -101,7 +100,8 @@ class Sampler:
         self.version = version
 
     @torch.no_grad()
-    def sample(self, prompts: list[Prompt], index: int) -> Sampled:
+    def sample(self, prompts: list, index: int) -> Sampled:
+        """Batch ``index`` of ``prompts`` (the loop's ``Prompt`` objects: ``.text``, ``.answer``), sampled and scored."""
         t0 = time.perf_counter()
         sample = getattr(self.task, "rollout", rollout)  # a task may bring its own (Part 9: multi-turn, with a tool)
         batch = sample(self.lm, self.tok, [p.text for p in prompts], max_new_tokens=self.max_new_tokens,
@@ -127,7 +127,7 @@ class LocalSampling:
                                temperature=args.temperature, chunk=chunk, generator=generator, device=args.device)
         self.versions: dict[int, Tensor] = dict(saved["versions"]) if saved else {0: flat_weights(lm)}
 
-    def next(self, it: int, prompts: list[Prompt]) -> Sampled:
+    def next(self, it: int, prompts: list) -> Sampled:
         version = self.part10.sampling_version(it, self.lag)
         if version not in self.versions:
             raise RuntimeError(f"sampling_version({it}, {self.lag}) = {version}: no such policy version here "
