@@ -49,6 +49,14 @@ def short_deadline(monkeypatch):
     monkeypatch.setenv("WORKBOOK_DIST_TIMEOUT_S", TIMEOUT_S)  # read when a run starts; its samplers inherit it
 
 
+@pytest.fixture(autouse=True, scope="module")
+def no_curves():
+    """The runs in this process draw no curves.png (a second each; the subprocess runs still draw theirs)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("workbook.loop.run.save_curves", lambda *args, **kw: None)
+        yield
+
+
 def reason(runs: Path, name: str, *extra: str, iterations: int = 3) -> Path:
     """``python -m workbook reason`` in this process, tiny; the run's folder (the run must finish)."""
     assert reasoning.main(TINY + ["--iterations", str(iterations), "--runs-dir", str(runs), "--run-name", name,
