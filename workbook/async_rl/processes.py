@@ -211,15 +211,15 @@ def sampler_main(rank: int, world_size: int, port: int, setup: dict) -> None:
     except (OSError, AttributeError):
         pass
     torch.set_num_threads(setup["threads"])
-    setup |= pickle.loads(setup.pop("frozen"))
-    _join(port, rank, world_size)
-    generator = torch.Generator()
-    generator.set_state(setup["generator"])
-    sampler = Sampler(setup["lm"], setup["tok"], setup["task"], impl=setup["impl"], dtype=setup["dtype"],
-                      max_new_tokens=setup["max_new_tokens"], temperature=setup["temperature"], chunk=setup["chunk"],
-                      generator=generator)
+    _join(port, rank, world_size)  # first: from here on, whatever fails is told to the learner (not a silent exit)
     inbox, outbox, orders = Inbox(0), Outbox(), deque()
     try:
+        setup |= pickle.loads(setup.pop("frozen"))  # a task whose class a fresh process cannot import fails here
+        generator = torch.Generator()
+        generator.set_state(setup["generator"])
+        sampler = Sampler(setup["lm"], setup["tok"], setup["task"], impl=setup["impl"], dtype=setup["dtype"],
+                          max_new_tokens=setup["max_new_tokens"], temperature=setup["temperature"], chunk=setup["chunk"],
+                          generator=generator)
         while True:
             message = None if orders else inbox.get(timeout_s(), stop=lambda: bool(stop))
             if stop:
