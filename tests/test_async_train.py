@@ -256,6 +256,13 @@ class BatchStatsRaisesAtIteration3(ReasoningTask):
         return super().batch_stats(rollout, scores)
 
 
+class CannotBeRebuilt(ReasoningTask):
+    """A task a sampler process cannot rebuild from what it is sent (as a class defined in a notebook could not be)."""
+
+    def __setstate__(self, state):
+        raise RuntimeError("this task cannot be rebuilt in another process")
+
+
 def train_with_task(tmp_path, name: str, task_class: type, monkeypatch) -> tuple[dict, list]:
     """A tiny reason run with 1 sampler process (lag 1) and ``task_class``: (its summary, the RemoteSampling made)."""
     started = []
@@ -299,6 +306,17 @@ def test_a_learner_that_raises_stops_its_samplers_and_keeps_the_checkpoint(tmp_p
     assert not proc.is_alive() and proc.exitcode is not None and not alive(proc.pid)
     saved = checkpoint(run)
     assert saved["iteration"] == 2 and saved["status"] == "failed" and len(rows(run)) == 2
+
+
+def test_a_sampler_that_cannot_rebuild_its_task_says_so_at_once(tmp_path, capsys, monkeypatch):
+    t0 = time.monotonic()
+    summary, _ = train_with_task(tmp_path, "unbuilt", CannotBeRebuilt, monkeypatch)
+    assert time.monotonic() - t0 < float(TIMEOUT_S), "the learner waited for the deadline instead of hearing why"
+    assert summary["status"] == "failed" and summary["iterations"] == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "error: sampler 1 raised RuntimeError: this task cannot be rebuilt in another process"), err
+    assert "__setstate__" in (tmp_path / "unbuilt" / "error.txt").read_text()
 
 
 # --- faults: kill, Ctrl-C, stop (the command as a subprocess) ---------------------------------------
