@@ -108,10 +108,14 @@ class Outbox:
             self.sent.task_done()
 
     def send(self, obj, dst: int) -> None:
+        """Send ``obj`` to ``dst``; if ``dst`` is gone, drop it: the receive from ``dst`` says what happened to it."""
         data = _pack(obj)
         size = torch.tensor([data.numel()], dtype=torch.int64)
         for tensor in (size, data):
-            self.sent.put((dist.isend(tensor, dst), tensor))
+            try:
+                self.sent.put((dist.isend(tensor, dst), tensor))
+            except RuntimeError:  # gloo knows the connection closed: the receiver was killed, or stopped by itself
+                return
 
     def flush(self, seconds: float) -> None:
         """Wait (at most ``seconds``) until everything sent has been received."""
@@ -214,8 +218,7 @@ def sampler_main(rank: int, world_size: int, port: int, setup: dict) -> None:
     except (OSError, AttributeError):
         pass
     torch.set_num_threads(setup["threads"])
-    setup |= pickle.loads(setup.pop("frozen"))
-    _join(port, rank, world_size)
+    _join(port, rank, world_size)  # first: from here on, whatever fails is told to the learner (not a silent exit)
     _serve(rank, setup, stop)
     sys.stdout.flush()
     os._exit(0)  # no teardown handshake: the learner may already be gone
@@ -238,6 +241,8 @@ def _serve(rank: int, setup: dict, stop: list[str]) -> None:
     """A sampler's loop (module docstring, step 2): messages from the learner in order; batches back."""
     inbox, outbox, orders = Inbox(0), Outbox(), deque()
     try:
+        if "frozen" in setup:  # a spawned sampler: a task whose class a fresh process cannot import fails here
+            setup |= pickle.loads(setup.pop("frozen"))
         start = inbox.get(timeout_s(), stop=lambda: bool(stop))
         if start is None or start["kind"] != "start":
             return
@@ -317,6 +322,7 @@ class RemoteSampling:
             _join(port, 0, world)
         self.ranks = range(1, self.n + 1)
         self.outbox, self.inboxes = Outbox(), {r: Inbox(r) for r in self.ranks}
+        self.unanswering: set[int] = set()  # samplers that missed a deadline: close() kills them without waiting again
         for r in self.ranks:
             self.outbox.send({"kind": "start", "generator": self.streams[r]}, r)
         self.ordered = start  # the next batch to order
@@ -366,6 +372,7 @@ class RemoteSampling:
         proc.join(timeout=1.0)
         code = proc.exitcode
         if code is None:
+            self.unanswering.add(r)
             return f"(pid {proc.pid}) stopped answering ({detail})"
         if code < 0:
             return f"(pid {proc.pid}) was killed by {signal.Signals(-code).name}"
@@ -389,7 +396,10 @@ class RemoteSampling:
             return
         self.closed = True
         for r in self.ranks:
-            if r not in self.procs or self.procs[r].is_alive():
+            proc = self.procs.get(r)
+            if proc is not None and r in self.unanswering:  # it had its deadline; a stopped (SIGSTOP) one would not answer
+                proc.kill()
+            elif proc is None or proc.is_alive():
                 try:
                     self.outbox.send({"kind": "stop"}, r)
                 except RuntimeError:

@@ -101,6 +101,7 @@ class Sampler:
 
     @torch.no_grad()
     def sample(self, prompts: list, index: int) -> Sampled:
+        """Batch ``index`` of ``prompts`` (the loop's ``Prompt`` objects: ``.text``, ``.answer``), sampled and scored."""
         t0 = time.perf_counter()
         sample = getattr(self.task, "rollout", rollout)  # a task may bring its own (Part 9: multi-turn, with a tool)
         batch = sample(self.lm, self.tok, [p.text for p in prompts], max_new_tokens=self.max_new_tokens,
