@@ -109,6 +109,24 @@ def test_lag_0_with_a_float32_sampler_process_is_the_synchronous_run(sync_run, t
     assert checkpoint(run)["sampling"] is not None and checkpoint(sync_run)["sampling"] is None
 
 
+def test_under_torchrun_rank_1_is_the_sampler_and_lag_0_is_the_synchronous_run(sync_run, tmp_path):
+    """Across machines torchrun starts the ranks: rank 0 learns, rank 1 samples (here 2 processes, gloo)."""
+    import os
+
+    from workbook.distributed import torchrun
+
+    root = Path(__file__).resolve().parent.parent
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])), "WANDB_MODE": "disabled",
+           "WORKBOOK_DIST_TIMEOUT_S": "60"}
+    proc = torchrun(["-m", "workbook", "reason", *TINY, "--iterations", "3", "--runs-dir", str(tmp_path), "--run-name", "tr",
+                     "--samplers", "1", "--lag", "0"], 2, timeout=300, env=env, cwd=str(root))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    got, want = metrics(tmp_path / "tr", drop=("time/", "async/", "mismatch/")), metrics(sync_run, drop=("time/", "async/"))
+    assert got == want
+    assert_same_weights(tmp_path / "tr", sync_run)
+    assert [p.name for p in tmp_path.iterdir()] == ["tr"]  # the sampler rank wrote nothing
+
+
 @pytest.fixture(scope="module")
 def lag2_runs(tmp_path_factory):
     """Fixed lag 2, 6 iterations: in one process; with a sampler process (twice); in one process stopped after
@@ -289,7 +307,7 @@ def test_a_sampler_that_raises_stops_the_run_in_one_line_with_its_traceback(tmp_
         "error: sampler 1 raised RuntimeError: the verifier broke on its third batch"), err
     assert "last good checkpoint (iteration 2)" in err[0] and f"--resume {run}" in err[0]
     trace = (run / "error.txt").read_text()
-    assert trace.startswith("Traceback") and "in score" in trace and "sampler_main" in trace, trace
+    assert trace.startswith("Traceback") and "in score" in trace and "_serve" in trace, trace
     assert checkpoint(run)["iteration"] == 2 and len(rows(run)) == 2
     assert not sampling.procs[1].is_alive()
 
