@@ -101,8 +101,8 @@ def test_lag_0_with_a_float32_sampler_process_is_the_synchronous_run(sync_run, t
     run = reason(tmp_path, "s1-lag0", "--samplers", "1", "--lag", "0")
     got, want = metrics(run, drop=("time/", "async/")), metrics(sync_run, drop=("time/", "async/"))
     assert len(got) == len(want) == 3
-    for row in got:  # the learner's own log-probs of what the sampler sampled, with the same weights: no mismatch
-        assert row.pop("mismatch/logp_abs_diff") == 0.0 and row.pop("mismatch/kl") == 0.0
+    for row in got:  # the same weights: only the last bits differ (kept while decoding with a KV cache, against one pass)
+        assert 0 <= row.pop("mismatch/logp_abs_diff") < 1e-5 and 0 <= row.pop("mismatch/kl") < 1e-8
     assert got == want
     assert staleness(run) == [0.0, 0.0, 0.0]
     assert_same_weights(run, sync_run)

@@ -103,14 +103,18 @@ class Sampler:
     def sample(self, prompts: list, index: int) -> Sampled:
         """Batch ``index`` of ``prompts`` (the loop's ``Prompt`` objects: ``.text``, ``.answer``), sampled and scored."""
         t0 = time.perf_counter()
-        sample = getattr(self.task, "rollout", rollout)  # a task may bring its own (Part 9: multi-turn, with a tool)
-        batch = sample(self.lm, self.tok, [p.text for p in prompts], max_new_tokens=self.max_new_tokens,
-                       temperature=self.temperature, generator=self.generator, chunk=self.chunk)
+        texts = [p.text for p in prompts]
+        own = getattr(self.task, "rollout", None)  # a task may bring its own (Part 9: multi-turn, with a tool)
+        if own is None:  # the sampler's own log-probs of what it sampled, kept while sampling, as an engine returns them
+            batch = rollout(self.lm, self.tok, texts, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                            generator=self.generator, chunk=self.chunk, sampler_logprobs=True)
+        else:  # its own rollout: the same log-probs from one forward pass of the sampler's copy over the episodes
+            batch = own(self.lm, self.tok, texts, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                        generator=self.generator, chunk=self.chunk)
+            logprobs, _, _, _ = self.part3.batched_forward_pass(_Scorer(self.lm), batch.queries, batch.responses,
+                                                                temperature=self.temperature, pad_id=self.tok.pad_id)
+            batch.sampler_logprobs = logprobs.float().cpu()
         scores = self.task.score(prompts, batch)
-        # The sampler's own log-probs of what it sampled, in its own precision: an inference engine returns these.
-        logprobs, _, _, _ = self.part3.batched_forward_pass(_Scorer(self.lm), batch.queries, batch.responses,
-                                                            temperature=self.temperature, pad_id=self.tok.pad_id)
-        batch.sampler_logprobs = logprobs.float().cpu()
         return Sampled(index, self.version, batch, scores.detach().cpu(), time.perf_counter() - t0)
 
 

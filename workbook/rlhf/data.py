@@ -45,20 +45,34 @@ class Rollout:
 
 @torch.no_grad()
 def rollout(lm: GPT, tok: CharTokenizer, prompts: list[str], *, max_new_tokens: int, temperature: float,
-            generator: torch.Generator, chunk: int = 64) -> Rollout:
-    """Sample one response per prompt from ``lm`` (KV-cached, left-padded queries, on ``lm``'s device)."""
+            generator: torch.Generator, chunk: int = 64, sampler_logprobs: bool = False) -> Rollout:
+    """Sample one response per prompt from ``lm`` (KV-cached, left-padded queries, on ``lm``'s device).
+
+    ``sampler_logprobs`` (Part 10): also keep the log-prob of each sampled token under the
+    distribution it was drawn from (logits / temperature), as an inference engine returns them —
+    no second forward pass; float32, ``[batch, resp]`` right-padded with 0.
+    """
     device = next(lm.parameters()).device
     queries = [q.to(device) for q in encode_queries(prompts, tok)]
     responses: list[Tensor] = []
+    logprobs: list[Tensor] = []
     for i in range(0, len(queries), chunk):
         ids, mask = pad_batch(queries[i:i + chunk], side="left", pad_id=tok.pad_id)
         room = lm.config.block_size - ids.shape[1]
-        responses += lm.generate(ids, mask, max_new_tokens=min(max_new_tokens, room), eos_id=tok.eos_id,
-                                 pad_id=tok.pad_id, temperature=temperature, generator=generator)
+        out = lm.generate(ids, mask, max_new_tokens=min(max_new_tokens, room), eos_id=tok.eos_id, pad_id=tok.pad_id,
+                          temperature=temperature, generator=generator, return_logits=sampler_logprobs)
+        if sampler_logprobs:
+            out, logits = out
+            logprobs += [torch.log_softmax(z.float() / temperature, dim=-1).gather(1, r[:, None]).squeeze(1).cpu()
+                         for r, z in zip(out, logits)]
+        responses += out
     completions = [tok.decode(r) for r in responses]
     texts = [p + c for p, c in zip(prompts, completions)]
     finished = [bool(r[-1] == tok.eos_id) for r in responses]
-    return Rollout(prompts, queries, responses, texts, completions, finished)
+    batch = Rollout(prompts, queries, responses, texts, completions, finished)
+    if sampler_logprobs:
+        batch.sampler_logprobs = nn.utils.rnn.pad_sequence(logprobs, batch_first=True)
+    return batch
 
 
 def prompt_batch(batch_size: int, seed: int, iteration: int) -> list[str]:
