@@ -171,6 +171,8 @@ class Run:
         """The traceback of what stopped the run (a sampler's own, when it raised) in ``error.txt``."""
         import traceback
 
+        if isinstance(error, SamplingStopped) and type(error.__cause__).__name__ != "_Remote":
+            return  # a sampler killed or stopped: its one line says all there is
         if self.out_dir is not None:
             cause = error.__cause__
             text = (getattr(cause, "args", [""])[0] if cause is not None and type(cause).__name__ == "_Remote"
@@ -198,6 +200,20 @@ class Run:
     # bad setting (nothing is loaded or written before), run_name(args) names the run's folder (args.run_name
     # when given), title() heads its curves, default_task(args, tok) is the task when train() is given none.
     validate = run_name = title = default_task = None
+
+    def full_title(self) -> str:
+        """The command's title, and with Part 10's options who sampled (the curves' title)."""
+        a = self.args
+        if not is_stale_sampling(a):
+            return self.title()
+        who = f"{a.samplers} sampler process{'es' if a.samplers > 1 else ''}" if a.samplers else "sampled in this process"
+        lag = f"staleness ≤ {a.lag}, free-running" if a.free_running else f"lag {a.lag}"
+        extra = [f"correction {a.correction} (C={a.is_cap:g})" if a.correction != "none" else "uncorrected"]
+        if a.off_policy_delta:
+            extra.append(f"off-policy mask δ={a.off_policy_delta:g}")
+        if a.sampler_dtype != "float32":
+            extra.append(f"sampler in {a.sampler_dtype}")
+        return self.title() + f"\n{who}, {lag}, " + ", ".join(extra)
 
     def config(self) -> dict:
         """The settings of this run, with the values used: summary.json's and wandb's config."""
@@ -303,7 +319,7 @@ class Run:
                     if (self.out_dir / CHECKPOINT).exists() else self.start)
         spec = ALGORITHMS[a.algo]
         if self.history:
-            save_curves(self.history, self.out_dir / "curves.png", self.title() + f"  [{status}]",
+            save_curves(self.history, self.out_dir / "curves.png", self.full_title() + f"  [{status}]",
                         curve_panels(a, self.task), x_label=spec.x_label, kl_target=spec.kl_target(a),
                         reference_reward=self.before.get("reward"), warnings=self.health.summary())
         summary = {"run_dir": str(self.out_dir), "command": self.command, "status": status, "iterations": done,
@@ -350,7 +366,7 @@ class Run:
         if not self.dp.is_main:
             return {"run_dir": None, "iterations": len(self.history)}
         spec = ALGORITHMS[a.algo]
-        save_curves(self.history, self.out_dir / "curves.png", self.title() + "\n" + before_after(self.task, self.before, after),
+        save_curves(self.history, self.out_dir / "curves.png", self.full_title() + "\n" + before_after(self.task, self.before, after),
                     curve_panels(a, self.task), x_label=spec.x_label, kl_target=spec.kl_target(a),
                     reference_reward=self.before.get("reward"), held_out=self.held_out(after),
                     warnings=self.health.summary())
@@ -378,7 +394,7 @@ class Run:
             return {"run_dir": None, "status": "interrupted", "iterations": len(self.history)}
         a = self.args
         spec = ALGORITHMS[a.algo]
-        save_curves(self.history, self.out_dir / "curves.png", self.title(), curve_panels(a, self.task),
+        save_curves(self.history, self.out_dir / "curves.png", self.full_title(), curve_panels(a, self.task),
                     x_label=spec.x_label, kl_target=spec.kl_target(a), reference_reward=self.before.get("reward"),
                     held_out=self.held_out(None))
         summary = {"run_dir": str(self.out_dir), "policy": saved, "command": self.command, "status": "interrupted",
@@ -410,7 +426,14 @@ def headline(task: Task, result: dict) -> str:
 def curve_panels(args: LoopArgs, task: Task) -> tuple[tuple[str, str], ...]:
     """The task's panels, then the algorithm's, less those its settings make meaningless (a fixed β)."""
     spec = ALGORITHMS[args.algo]
-    return tuple(p for p in task.panels + spec.panels if p[0] not in spec.hide(args))
+    stale = STALE_PANELS if is_stale_sampling(args) else ()  # Part 10: how stale, how mismatched, how corrected
+    return tuple(p for p in task.panels + spec.panels + stale if p[0] not in spec.hide(args))
+
+
+STALE_PANELS = (("async/staleness", "staleness (updates behind)"),
+                ("mismatch/logp_abs_diff", "|log π_sampler − log π_learner| per token"),
+                ("is/capped_frac", "share of importance weights above the cap"),
+                ("is/sequences_masked_frac", "share of sequences masked off-policy"))
 
 
 MAY_BE_NAN = ("env/reward_std",)
