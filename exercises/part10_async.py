@@ -22,17 +22,19 @@ this by default (``vllm_importance_sampling_mode``, cap ``vllm_importance_sampli
 DeepSeek-V3.2 adds a mask for the most off-policy sequences, and an importance-weighted KL
 estimator. Those are this part's exercises, with the bookkeeping of who samples what.
 
-The processes (given code, not an exercise; they call your functions). Sampler and learner are
-processes of ``torch.distributed`` (gloo on the CPU, NCCL on GPUs), as in Part 6. In order:
+The processes (given code, not an exercise; they call your functions: ``workbook/async_rl/``,
+``python -m workbook reason --samplers 1``, docs/async_rl.md). Sampler and learner are processes
+of ``torch.distributed`` (gloo), as in Part 6. In order:
 
-    sampler:  receive (weights, version v) → sample a batch of rollouts with them → compute its
-              own log-probs of the sampled tokens → send (tokens, log-probs, v) → repeat, never
-              holding a version more than ``max_staleness`` behind (:func:`may_sample`), or, in the
-              reproducible fixed-lag mode, exactly the version :func:`sampling_version` says.
-    learner:  receive a batch → score it (rewards, advantages) → recompute the log-probs with its
-              own weights (PPO's "old" log-probs) → weights = :func:`importance_weights`, drop rows
-              with :func:`off_policy_sequence_mask`, add β·:func:`kl_loss_term` → update →
-              broadcast the new weights with version v + 1.
+    sampler:  receive weights (version v) and orders ("sample batch i") in the order the learner
+              sent them → sample the batch with the weights it holds, keeping its own log-probs of
+              the sampled tokens → score it → send (tokens, log-probs, scores, v) → repeat. The
+              learner orders batch i only once the version :func:`sampling_version` names (fixed
+              lag: reproducible) has been sent, or while :func:`may_sample` allows it (free-running).
+    learner:  receive batch i → recompute the log-probs with its own weights (PPO's "old"
+              log-probs) → advantages → weights = :func:`importance_weights`, drop rows with
+              :func:`off_policy_sequence_mask`, add β·:func:`kl_loss_term` → update → send the new
+              weights (version i + 1) to every sampler, and the orders they now allow.
 
 Exercises (tests: ``pytest tests/test_part10_async.py``):
   1. importance_weights          TRL's four correction modes, capped, masked, never NaN, with stats
