@@ -28,7 +28,10 @@ LOOP_FIELDS = ["impl", "algo", "seed", "model", "prompts", "device", "iterations
                "kl_penalty", "ent_coef", "temperature", "max_new_tokens", "vf_coef", "cliprange", "cliprange_value",
                "gamma", "lam", "eval_samples", "sample_every", "wandb", "runs_dir", "run_name", "overwrite",
                "checkpoint_every", "resume", "threads", "quiet", "progress", "group_size", "grpo_scale",
-               "loss_normalisation"]
+               "loss_normalisation",
+               # Part 10 (issue 30): who samples, and how stale batches are corrected; old runs are unchanged by them.
+               "samplers", "lag", "free_running", "correction", "is_cap", "off_policy_delta", "kl_estimator",
+               "sampler_dtype"]
 RLHF_ONLY = ["reward", "eos_trick", "missing_eos_score", "dpo_beta"]
 REASON_ONLY = ["task", "format_reward", "eval_k", "eps_high", "dynamic_sampling", "overlong_cache", "mask_truncated",
                "tool", "max_calls", "mask_tool_tokens"]
