@@ -23,9 +23,10 @@ Three parts, on Part 7's addition task with the default algorithm and its defaul
   with each correction: does correction matter when only precision differs?
 
 The last line is one JSON object: ``{"runs": [{"part", "mode": "sync"|"async", "lag", "correction",
-"seed", "threads", "sampler_dtype", "pass1_after", "wall_to_batch_095_s", "train_wall_s"}, …],
+"seed", "threads", "sampler_dtype", "samplers", "pass1_after", "wall_to_batch_095_s", "train_wall_s"}, …],
 "mismatch": {"mean_abs_logp_diff", "kl", "p99_abs_logp_diff", "tokens"}, "goal": {...}, "kernels": …}``
-(``wall_to_batch_095_s`` null when never reached).
+(``wall_to_batch_095_s`` null when never reached; the sweep's and the mismatch's runs are "sync" with a
+``lag``: one process, sampling and learning in turn, the numbers of a sampler process but not its wall time).
 """
 
 from __future__ import annotations
@@ -186,18 +187,20 @@ def main(argv: list[str] | None = None) -> int:
     for seed in ns.seeds:
         for threads in (1, 2):
             plan["goal"].append((f"sync-t{threads}-s{seed}", {"part": "goal", "mode": "sync", "lag": 0, "correction": "none",
-                                 "seed": seed, "threads": threads, "sampler_dtype": "float32"},
+                                 "seed": seed, "threads": threads, "sampler_dtype": "float32", "samplers": 0},
                                  ["--seeds", str(seed), "--threads", str(threads)]))
         plan["goal"].append((f"async-s{seed}", {"part": "goal", "mode": "async", "lag": 1, "correction": "none", "seed": seed,
-                             "threads": 1, "sampler_dtype": "float32"}, ["--seeds", str(seed), "--samplers", "1"]))
+                             "threads": 1, "sampler_dtype": "float32", "samplers": 1}, ["--seeds", str(seed), "--samplers", "1"]))
     for lag in ns.lags:
         for correction in ns.corrections if lag > 0 else ["none"]:
             plan["sweep"].append((f"sweep-lag{lag}-{correction}-s{seed0}", {"part": "sweep", "mode": "sync", "lag": lag,
-                                  "correction": correction, "seed": seed0, "threads": 1, "sampler_dtype": "float32"},
+                                  "correction": correction, "seed": seed0, "threads": 1, "sampler_dtype": "float32",
+                                  "samplers": 0},
                                   ["--seeds", str(seed0), "--lag", str(lag), "--correction", correction]))
     for correction in ns.corrections:
         plan["mismatch"].append((f"bf16-lag0-{correction}-s{seed0}", {"part": "mismatch", "mode": "sync", "lag": 0,
-                                 "correction": correction, "seed": seed0, "threads": 1, "sampler_dtype": "bfloat16"},
+                                 "correction": correction, "seed": seed0, "threads": 1, "sampler_dtype": "bfloat16",
+                                 "samplers": 0},
                                  ["--seeds", str(seed0), "--sampler-dtype", "bfloat16", "--correction", correction]))
     for part in ns.parts:  # every run folder free before anything runs
         for name, _, _ in plan[part]:
