@@ -170,7 +170,8 @@ def test_free_running_finishes_and_is_never_staler_than_the_lag(tmp_path):
     assert len(staleness(run)) == 4 and all(0 <= s <= 2 for s in staleness(run))
 
 
-def test_two_sampler_processes_finish_and_are_never_staler_than_the_lag(tmp_path, monkeypatch):
+def remember_samplings(monkeypatch) -> list:
+    """Every RemoteSampling the run makes, kept for the test to look at its processes afterwards."""
     started = []
     original = processes.RemoteSampling.__init__
 
@@ -179,6 +180,11 @@ def test_two_sampler_processes_finish_and_are_never_staler_than_the_lag(tmp_path
         started.append(self)
 
     monkeypatch.setattr(processes.RemoteSampling, "__init__", spy)
+    return started
+
+
+def test_two_sampler_processes_finish_and_are_never_staler_than_the_lag(tmp_path, monkeypatch):
+    started = remember_samplings(monkeypatch)
     run = reason(tmp_path, "two", "--samplers", "2", "--lag", "1", iterations=4)
     assert staleness(run) == [0.0, 1.0, 1.0, 1.0], "a fixed lag: batch i by version max(0, i − 1), whichever sampler"
     (sampling,) = started
@@ -283,14 +289,7 @@ class CannotBeRebuilt(ReasoningTask):
 
 def train_with_task(tmp_path, name: str, task_class: type, monkeypatch) -> tuple[dict, list]:
     """A tiny reason run with 1 sampler process (lag 1) and ``task_class``: (its summary, the RemoteSampling made)."""
-    started = []
-    original = processes.RemoteSampling.__init__
-
-    def spy(self, *args, **kw):
-        original(self, *args, **kw)
-        started.append(self)
-
-    monkeypatch.setattr(processes.RemoteSampling, "__init__", spy)
+    started = remember_samplings(monkeypatch)
     args = reason_args("dapo", impl="solutions", iterations=5, batch_size=64, group_size=16, mini_batch_size=32,
                        eval_samples=8, eval_k=2, wandb="disabled", runs_dir=str(tmp_path), run_name=name, quiet=True,
                        progress=False, samplers=1, lag=1)

@@ -268,27 +268,27 @@ def _serve(rank: int, setup: dict, stop: list[str]) -> None:
         sampler = Sampler(setup["lm"], setup["tok"], setup["task"], impl=setup["impl"], dtype=setup["dtype"],
                           max_new_tokens=setup["max_new_tokens"], temperature=setup["temperature"], chunk=setup["chunk"],
                           generator=generator)
+        def take(message) -> bool:
+            """Weights are loaded, an order queued; False for "stop"."""
+            if message["kind"] == "stop":
+                return False
+            if message["kind"] == "weights":
+                sampler.load(message["weights"], message["version"])
+            else:
+                orders.append(message)
+            return True
+
         while True:
             message = None if orders else inbox.get(timeout_s(), stop=lambda: bool(stop))
             if stop:
                 outbox.send({"kind": "stopping", "signal": stop[0]}, 0)
                 break
-            if message is not None:
-                if message["kind"] == "stop":
-                    break
-                if message["kind"] == "weights":
-                    sampler.load(message["weights"], message["version"])
-                else:
-                    orders.append(message)
+            if message is not None and not take(message):
+                break
             if setup["free_running"]:  # take every message already here first: the newest weights
                 while orders and (message := inbox.poll()) is not None:
-                    if message["kind"] == "stop":
-                        orders.clear()
+                    if not take(message):
                         break
-                    if message["kind"] == "weights":
-                        sampler.load(message["weights"], message["version"])
-                    else:
-                        orders.append(message)
                 if message is not None and message["kind"] == "stop":
                     break
             if orders:
@@ -381,7 +381,7 @@ class RemoteSampling:
         if message["kind"] == "stopping":
             raise SamplingStopped("interrupted", f"sampler {r} stopped on {message['signal']}")
         if message["kind"] == "error":
-            raise SamplingStopped("failed", f"sampler {r} raised {message['line']}", ) from _Remote(message["traceback"])
+            raise SamplingStopped("failed", f"sampler {r} raised {message['line']}") from SamplerTraceback(message["traceback"])
         sampled: Sampled = message["sampled"]
         self.streams[r] = message["generator"]
         return sampled
@@ -443,5 +443,5 @@ class RemoteSampling:
             os.sched_setaffinity(0, self.cores_before)  # the evaluation after training may use every core again
 
 
-class _Remote(Exception):
+class SamplerTraceback(Exception):
     """A sampler's traceback, attached to the learner's :class:`SamplingStopped` (written to error.txt)."""

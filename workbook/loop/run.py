@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from workbook import distributed
-from workbook.async_rl.processes import SamplingStopped
+from workbook.async_rl.processes import SamplerTraceback, SamplingStopped
 from workbook.async_rl.sampler import LocalSampling, is_stale_sampling
 from workbook.checkpoints import (CHECKPOINT, INTERRUPTED, LAYOUT, NON_FINITE, Abandoned, AppendLog, StopSignals,
                                   first_non_finite, lm_algorithm_state, load_run, non_finite_weights,
@@ -171,11 +171,11 @@ class Run:
         """The traceback of what stopped the run (a sampler's own, when it raised) in ``error.txt``."""
         import traceback
 
-        if isinstance(error, SamplingStopped) and type(error.__cause__).__name__ != "_Remote":
+        if isinstance(error, SamplingStopped) and not isinstance(error.__cause__, SamplerTraceback):
             return  # a sampler killed or stopped: its one line says all there is
         if self.out_dir is not None:
             cause = error.__cause__
-            text = (getattr(cause, "args", [""])[0] if cause is not None and type(cause).__name__ == "_Remote"
+            text = (cause.args[0] if isinstance(cause, SamplerTraceback)
                     else "".join(traceback.format_exception(error)))
             (self.out_dir / "error.txt").write_text(text)
 
