@@ -40,7 +40,7 @@ grade: $(VENV)/.installed
 	$(PY) -m workbook grade
 
 # The README's headline figures, rerun on this machine: each claim, what it measured, holds or not
-# (benchmarks/check_figures.py; about 7 minutes, SLOW=1 for every claim: about 50).
+# (benchmarks/check_figures.py; about 10 minutes, SLOW=1 for every claim: about 70).
 check-figures: $(VENV)/.installed
 	$(PY) benchmarks/check_figures.py $(if $(SLOW),--slow)
 

@@ -1,7 +1,7 @@
 """Check the README's headline figures on your machine: each claim, what it measured, holds or not.
 
-    python benchmarks/check_figures.py            # the quick claims (about 7 minutes on 2 cores)
-    python benchmarks/check_figures.py --slow     # every claim (about 50 minutes in all, Atari 16 of them)
+    python benchmarks/check_figures.py            # the quick claims (about 10 minutes on 2 cores)
+    python benchmarks/check_figures.py --slow     # every claim (about 70 minutes in all, Atari 16 of them)
     python benchmarks/check_figures.py --only reason-dapo-seed0 base-addition
     make check-figures                            # the same as the first line (SLOW=1 for the second)
 
@@ -103,6 +103,25 @@ def _agents(out: dict) -> tuple[str, bool]:
                   and all(r["pass1_after"] <= 0.5 for r in bare))
 
 
+def _stale(seeds: int, kernels: int):
+    """Per seed and kernel set: lag 8 uncorrected ends >= 0.05 below lag 0; sequence_truncate at lag 8 above it (and >= 0.93)."""
+    def check(out: dict) -> tuple[str, bool]:
+        cells: dict[tuple, dict] = {}
+        for r in _runs(out, part="sweep"):
+            cells.setdefault((r["seed"], r["kernels"]), {})[(r["lag"], r["correction"])] = r["pass1_after"]
+        said, ok = [], len(cells) == seeds * kernels
+        for (seed, k), c in sorted(cells.items()):
+            lag0, none8, seq8 = c.get((0, "none")), c.get((8, "none")), c.get((8, "sequence_truncate"))
+            if None in (lag0, none8, seq8):
+                said.append(f"seed {seed} {k}: incomplete")
+                ok = False
+                continue
+            said.append(f"seed {seed} {k}: lag 0 {lag0:.3f}, lag 8 none {none8:.3f}, sequence_truncate {seq8:.3f}")
+            ok = ok and lag0 - none8 >= 0.05 and seq8 > none8 and seq8 >= 0.93
+        return "; ".join(said), ok
+    return check
+
+
 def _cartpole(out: dict) -> tuple[str, bool]:
     said = f"ours {out['ours_median_wall_s']} s, CleanRL {out['cleanrl_median_wall_s']} s: {out['speedup']}×"
     return said, bool(out["speedup"] and out["speedup"] >= 20)
@@ -120,6 +139,11 @@ SOURCES = {
                           "--curve-n", "1", "--no-progress"), 3),
     "dapo-3": Source(("benchmarks/reasoning.py", "--algos", "dapo", "--seeds", "0", "1", "2", "--curve-n", "1",
                       "--no-progress"), 12),
+    "async-seed0": Source(("benchmarks/async_rl.py", "--seeds", "0", "--parts", "sweep", "--lags", "0", "8", "--corrections",
+                           "none", "sequence_truncate", "--jobs", "2", "--no-progress"), 3),
+    "async-3": Source(("benchmarks/async_rl.py", "--seeds", "0", "1", "2", "--parts", "sweep", "--lags", "0", "8",
+                       "--corrections", "none", "sequence_truncate", "--kernels", "default", "avx2", "avx512", "--jobs", "2",
+                       "--no-progress"), 17),
     "cartpole": Source(("benchmarks/cartpole.py", "--vs-cleanrl", "--seeds", "1", "2", "3"), 2),
     "atari": Source(("benchmarks/atari.py", "--seeds", "1", "--concurrent"), 16),
     "agents-3": Source(("benchmarks/agents.py", "--seeds", "0", "1", "2", "--curve-n", "1", "--no-ablation",
@@ -143,6 +167,11 @@ CLAIMS = (
     Claim("agents-dapo", "with the calculator DAPO lifts held-out pass@1 from about 0.4 to at least 0.95 on every seed; "
           "without it the same training stays at most 0.5",
           ("README.md", "docs/agents.md"), "agents-3", _agents, slow=True),
+    Claim("async-lag8-seed0", "with seed 0, uncorrected training at lag 8 ends at least 0.05 below lag 0, and the "
+          "sequence-level truncated weight ends above it", ("docs/async_rl.md",), "async-seed0", _stale(1, 1)),
+    Claim("async-lag8", "at lag 8, uncorrected training ends 0.06–0.65 below the same seed's lag-0 run (held-out pass@1 "
+          "0.31–0.92; lag 0: 0.96–0.98), and the sequence-level truncated weight ends above it, at 0.94–0.96, on every "
+          "seed and kernel set", ("README.md", "docs/async_rl.md"), "async-3", _stale(3, 3), slow=True),
     Claim("cartpole-speed", "ours solves CartPole at least 20× faster than CleanRL's `ppo.py`",
           ("README.md", "docs/cartpole.md"), "cartpole", _cartpole),
     Claim("atari-goal", "Breakout reaches ≥ 8.5 points (5× random play) in 15 minutes on every seed measured",
@@ -153,7 +182,7 @@ CLAIMS = (
 def run_source(name: str, runs_dir: Path) -> dict:
     """Run one benchmark; its JSON last line."""
     argv = list(SOURCES[name].argv)
-    if name.startswith(("dapo", "agents")) or name == "atari":  # the benchmarks that write run folders
+    if name.startswith(("dapo", "agents", "async")) or name == "atari":  # the benchmarks that write run folders
         argv += ["--runs-dir", str(runs_dir / name)]
     print(f"running {' '.join(argv)}  (about {SOURCES[name].minutes:g} min)", flush=True)
     done = subprocess.run([PY, *argv], cwd=ROOT, capture_output=True, text=True, check=False)
