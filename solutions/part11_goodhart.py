@@ -43,8 +43,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Literal
-
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -114,8 +112,9 @@ def best_of_n_kl_discrete(probs: Float[Tensor, "outcomes"], n: int) -> float:
     and 0.0 for n = 1 or a base with one outcome.
 
     ``ValueError`` for bad ``probs`` — a NaN, a negative entry, or a sum further than
-    :data:`PROB_TOLERANCE` (1e-6) from 1 (the probabilities are used as given, not renormalised)
-    — and for n not an int ≥ 1 (bool and float refused), as in :func:`best_of_n_kl`.
+    :data:`PROB_TOLERANCE` (1e-6) from 1 (float32 probabilities such as ten 0.1s pass)
+    — and for n < 1 or a bool n (the signature refuses other types: jaxtyping raises a TypeError).
+    ``probs`` may be float32 or float64.
 
     Why this matters: the proxies of the measurement score a *finite* pool of samples and often
     give many of them the same score; log n − (n − 1)/n then overstates how far best-of-n
@@ -222,8 +221,7 @@ def best_of_n_gold(proxy: Float[Tensor, "N"], gold: Float[Tensor, "N"], n: int) 
 
 
 @typechecked
-def fit_gao(d: Float[Tensor, "points"], r: Float[Tensor, "points"],
-            form: Literal["bon", "rl"]) -> tuple[float, float, float]:
+def fit_gao(d: Float[Tensor, "points"], r: Float[Tensor, "points"], form: str) -> tuple[float, float, float]:
     """Least-squares fit of Gao et al.'s form to measured points (d, R); returns (α, β, R²).
 
     Gao, Schulman & Hilton found the gold score R (relative to the initial policy's, so R(0) = 0)
@@ -240,7 +238,8 @@ def fit_gao(d: Float[Tensor, "points"], r: Float[Tensor, "points"],
 
     ``r2`` is the coefficient of determination on the given points,
     R² = 1 − Σ(r − r̂)² / Σ(r − mean r)², which can be negative (no intercept: the fit may be worse
-    than the mean), and NaN when every r is the same (there is no variance to explain).
+    than the mean), and NaN when every r is the same (there is no variance to explain; decided by
+    ``max == min``, since Σ(r − mean r)² of five 0.1s need not come out exactly 0).
 
     **Points with d = 0.** Both forms give R(0) = 0, and d·log d → 0 as d → 0: a point at d = 0
     has the row (0, 0) — it adds nothing to α and β, and must not bring a NaN in (0·log 0 is NaN
@@ -276,11 +275,12 @@ def fit_gao(d: Float[Tensor, "points"], r: Float[Tensor, "points"],
     residual = r64 - design @ solution
     total = r64 - r64.mean()
     ss_res, ss_tot = float(residual @ residual), float(total @ total)
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else math.nan
+    # "Every r the same" is decided exactly: Σ(r − mean)² of [0.1] * 5 need not come out 0 in floating point.
+    r2 = math.nan if bool(r64.max() == r64.min()) else 1.0 - ss_res / ss_tot
     return alpha, beta, r2
 
 
-def gao_peak(alpha: float, beta: float, form: Literal["bon", "rl"]) -> float:
+def gao_peak(alpha: float, beta: float, form: str) -> float:
     """The distance d ≥ 0 at which a fitted form's gold is highest (``math.inf``: it never peaks).
 
     Set the derivative to 0:
@@ -358,8 +358,7 @@ def standardise_proxies(scores: Float[Tensor, "k batch"],
 
 
 @typechecked
-def ensemble_reward(scores: Float[Tensor, "k batch"], method: Literal["mean", "wco", "uwo"],
-                    uwo_lambda: float = 0.5) -> Float[Tensor, "batch"]:
+def ensemble_reward(scores: Float[Tensor, "k batch"], method: str, uwo_lambda: float = 0.5) -> Float[Tensor, "batch"]:
     """Combine k (standardised) proxy scores of each sample into one reward: mean, WCO or UWO.
 
     Column b holds the k proxies' scores of sample b, already on one scale
