@@ -341,8 +341,9 @@ def standardise_proxies(scores: Float[Tensor, "k batch"],
 
     ``ValueError`` when a proxy's reference scores are all equal (its spread is 0: nothing to
     divide by) — decided by ``max == min``, exactly, because a spread computed from equal values
-    need not come out 0 in floating point (the std of float32 [0.1] * 7 is 7.5e-9). A reference
-    set of one score is such a case; so is an empty one.
+    need not come out 0 in floating point (the mean of seven float32 0.1s is not 0.1, and
+    √(mean((x − mean)²)) of them is 7.5e-9). A reference set of one score is such a case; so is
+    an empty one.
 
     Traps:
     - Standardising with the *batch's* own mean and std makes every batch mean 0 — the reward

@@ -646,7 +646,7 @@ def test_standardise_proxies_a_reference_sample_gets_its_z_score(impl, ref):
 
 @pytest.mark.exercise("standardise_proxies")
 @pytest.mark.parametrize("row,dtype,why", [
-    ([0.1] * 7, torch.float32, "seven float32 0.1s: computed, their std is 7.5e-9, not 0"),
+    ([0.1] * 7, torch.float32, "seven float32 0.1s: √(mean((x − mean)²)) of them is 7.5e-9, not 0"),
     ([2.0] * 4 + [2.0] * 3, torch.float64, "all 2.0"),
     ([0.7] * 7, torch.float64, "all 0.7"),
 ], ids=["float32-0.1", "all-2", "all-0.7"])
