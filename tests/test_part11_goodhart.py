@@ -268,6 +268,11 @@ def test_discrete_kl_takes_float32_probabilities_that_sum_to_1_only_within_round
 
 
 @pytest.mark.exercise("best_of_n_kl_discrete")
+def test_discrete_kl_leaves_its_input_alone(impl):
+    check_untouched(impl, "best_of_n_kl_discrete", torch.tensor([0.25, 0.125, 0.5, 0.125]), 3)
+
+
+@pytest.mark.exercise("best_of_n_kl_discrete")
 @pytest.mark.parametrize("probs,n,why", [
     ([-0.25, 0.5, 0.75], 2, "a negative probability (the sum is 1)"),
     ([0.5, 0.5, 1e-4], 2, "the sum is 1.0001"),
@@ -469,6 +474,19 @@ def test_fit_gao_recovers_the_form_it_was_given(impl, ref, form, alpha, beta):
 
 
 @pytest.mark.exercise("fit_gao")
+@pytest.mark.parametrize("form", ["bon", "rl"])
+def test_fit_gao_two_distinct_points_are_enough(impl, ref, form):
+    # Two points with d > 0 (and one at 0, r = 0): two equations in α, β, solved exactly; R² = 1.
+    d, r = [0.0, 0.5, 2.0], [0.0, 0.3, -0.1]
+    x2 = [float(v) for v in second_column(np.array(d), form)]
+    det = d[1] * (-x2[2]) - d[2] * (-x2[1])
+    alpha = (r[1] * (-x2[2]) - r[2] * (-x2[1])) / det
+    beta = (d[1] * r[2] - d[2] * r[1]) / det
+    check(impl, ref, "fit_gao", (alpha, beta, 1.0), torch.tensor(d, dtype=torch.float64), torch.tensor(r, dtype=torch.float64),
+          form, rtol=1e-9, atol=1e-10, why="the smallest fit allowed: two distinct d > 0")
+
+
+@pytest.mark.exercise("fit_gao")
 @pytest.mark.parametrize("case", ["noisy", "offset", "float32"])
 @pytest.mark.parametrize("form", ["bon", "rl"])
 def test_fit_gao_is_least_squares_without_an_intercept(impl, ref, form, case):
@@ -657,9 +675,10 @@ def test_standardise_proxies_rejects_a_proxy_whose_reference_never_varies(impl, 
 
 
 @pytest.mark.exercise("standardise_proxies")
-def test_standardise_proxies_rejects_a_reference_of_one_score(impl):
-    scores, reference = proxy_scores(4, 2, 3, 1)
-    expect_value_error(impl, "standardise_proxies", "one reference score per proxy: its std is 0", scores, reference)
+@pytest.mark.parametrize("ref_size", [1, 0])
+def test_standardise_proxies_rejects_a_reference_of_one_score_or_none(impl, ref_size):
+    scores, reference = proxy_scores(4, 2, 3, ref_size)
+    expect_value_error(impl, "standardise_proxies", f"{ref_size} reference scores per proxy: no spread", scores, reference)
 
 
 @pytest.mark.exercise("standardise_proxies")

@@ -209,6 +209,22 @@ def gold_with_replacement(proxy, gold, n):
     return float((w * _ranked(proxy, gold)).sum())
 
 
+@part11("best_of_n_gold", "ratios_from_the_bottom_underflow",
+        "the product of ratios started from w_n = 1/C(N, n) and went up: 1/C(3000, 1500) underflows to 0 and every "
+        "weight with it")
+def gold_ratios_upwards(proxy, gold, n):
+    _gold_checked(proxy, gold, n)
+    big_n = proxy.shape[0]
+    w = 1.0
+    for i in range(n + 1, big_n + 1):   # 1/C(N, n) = Π (i − n)/i over i = n + 1 … N, in floats
+        w *= (i - n) / i
+    weights = [0.0] * big_n
+    for i in range(n, big_n + 1):       # w_i = C(i − 1, n − 1) · w, the binomial grown by ratios
+        weights[i - 1] = w
+        w *= i / (i - n + 1)
+    return float((torch.tensor(weights, dtype=torch.float64) * _ranked(proxy, gold)).sum())
+
+
 @part11("best_of_n_gold", "mean_of_ranks_n_and_above",
         "the plain mean of the gold over the ranks i ≥ n was taken (every possible pick weighted alike)")
 def gold_plain_mean(proxy, gold, n):
@@ -316,6 +332,23 @@ def fit_square_for_rl(d, r, form):
 @part11("fit_gao", "beta_sign_flipped", "R = α·d + β·(second column) was fitted: β comes out with the wrong sign")
 def fit_beta_sign(d, r, form):
     return _fit(d, r, form, beta_sign=1.0)
+
+
+@part11("fit_gao", "fit_r_over_d", "r/d = α − β·x was fitted against d (a line): least squares of r/d, "
+        "another weighting than least squares of r (and d = 0 divides by zero)")
+def fit_divided(d, r, form):
+    alpha, beta, _ = _fit(d, r, form)            # the checks and R²'s shape
+    d64, r64 = d.detach().double(), r.detach().double()
+    pos = d64 > 0
+    x = d64[pos] if form == "bon" else torch.log(d64[pos])
+    design = torch.stack([torch.ones_like(x), -x], dim=1)
+    sol = torch.linalg.lstsq(design, (r64[pos] / d64[pos])[:, None]).solution[:, 0]
+    a, b = float(sol[0]), float(sol[1])
+    second = d64 * d64 if form == "bon" else torch.where(pos, d64 * torch.log(torch.where(pos, d64, 1.0)), 0.0)
+    resid = r64 - (a * d64 - b * second)
+    if bool(r64.max() == r64.min()):
+        return a, b, math.nan
+    return a, b, 1.0 - float(resid @ resid) / float(((r64 - r64.mean()) ** 2).sum())
 
 
 @part11("fit_gao", "r2_uncentred", "R² was 1 − SS_res / Σ r², not centred on the mean of r")
