@@ -108,8 +108,8 @@ def best_of_n_kl_discrete(probs: Float[Tensor, "outcomes"], n: int) -> float:
 
     with 0 · log 0 = 0: an outcome with P_bon(i) = 0 adds nothing (this includes outcomes with
     p_i = 0, which best-of-n never picks either). Computed in float64; returns a Python float.
-    It is never above :func:`best_of_n_kl` (n) — equal only in the limit of many tiny outcomes —
-    and 0.0 for n = 1 or a base with one outcome.
+    It is never above :func:`best_of_n_kl` (n) — it approaches it as the outcomes get many and
+    tiny — and it is 0.0 for n = 1 or a base with one outcome.
 
     ``ValueError`` for bad ``probs`` — a NaN, a negative entry, or a sum further than
     :data:`PROB_TOLERANCE` (1e-6) from 1 (float32 probabilities such as ten 0.1s pass)
@@ -125,8 +125,8 @@ def best_of_n_kl_discrete(probs: Float[Tensor, "outcomes"], n: int) -> float:
     Traps:
     - F(i)^n for the lowest outcomes underflows to 0 for large n: P_bon = 0 there, and 0·log(0/p)
       must give 0, not NaN (select, do not multiply).
-    - The order matters: outcome 0 is the *worst*. A best-of-n that sorts the outcomes by
-      probability, or reverses them, computes worst-of-n.
+    - The order matters: outcome 0 is the *worst*. Reversed, the same formula computes
+      worst-of-n; sorted by probability, it ranks by a reward nobody asked for.
     """
     if isinstance(n, bool) or not isinstance(n, numbers.Integral):
         raise ValueError(f"n must be an int >= 1, got {n!r}")
@@ -186,7 +186,8 @@ def best_of_n_gold(proxy: Float[Tensor, "N"], gold: Float[Tensor, "N"], n: int) 
       (``float(math.comb(3000, 1500))`` raises OverflowError), and a ratio of two such floats is
       inf/inf = NaN. Compute the weights in log space (``torch.lgamma``) or as a product of
       ratios: w_N = n/N and w_(i−1) = w_i · (i − n)/(i − 1).
-    - The weights C(i, n)/C(N, n) (0-based i plugged into a 1-based formula) are off by one rank.
+    - C(i, n − 1)/C(N, n) — the 0-based formula C(j, n − 1) given 1-based ranks — is one rank off;
+      C(i, n)/C(N, n) does not even sum to 1.
     - A stable sort keeps tied samples in index order: without the averaging above, the estimate
       depends on how the pool happened to be listed.
     """

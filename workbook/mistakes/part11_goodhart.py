@@ -188,6 +188,15 @@ def gold_off_by_one(proxy, gold, n):
     return float((w * _ranked(proxy, gold)).sum())
 
 
+@part11("best_of_n_gold", "weights_c_i_n", "the weights C(i, n)/C(N, n) were used (they do not even sum to 1)")
+def gold_c_i_n(proxy, gold, n):
+    _gold_checked(proxy, gold, n)
+    big_n = proxy.shape[0]
+    total = math.comb(big_n, n)
+    w = torch.tensor([math.comb(i, n) / total for i in range(1, big_n + 1)], dtype=torch.float64)
+    return float((w * _ranked(proxy, gold)).sum())
+
+
 @part11("best_of_n_gold", "float_binomials",
         "the binomials were converted to float before dividing, which overflows for N in the thousands "
         "(float(math.comb(3000, 1500)) raises)")
