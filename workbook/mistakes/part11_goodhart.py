@@ -406,6 +406,17 @@ def peak_no_two(alpha, beta, form):
     return max(alpha / beta, 0.0) if form == "bon" else (math.exp(alpha / beta - 1) if alpha / beta < 710 else math.inf)
 
 
+@part11("gao_peak", "precedence", "alpha / 2 * beta was written for α/(2β): Python reads it as (α/2)·β")
+def peak_precedence(alpha, beta, form):
+    _peak_checked(alpha, beta, form)
+    if beta <= 0:
+        return math.inf
+    if form == "bon":
+        return max(alpha / 2 * beta, 0.0)
+    x = alpha / beta - 1
+    return math.exp(x) if x < 709 else math.inf
+
+
 @part11("gao_peak", "rl_missing_minus_one", "exp(α/β) was returned for rl: the −1 from differentiating d·log d was lost")
 def peak_no_minus_one(alpha, beta, form):
     _peak_checked(alpha, beta, form)
