@@ -51,6 +51,7 @@ READING = {
     "part8_atari": ([14], [7, 9]),
     "part9_agents": ([15], [13, 4]),
     "part10_async": ([16], [5, 13]),
+    "part11_goodhart": ([17], [8, 13]),
 }
 
 # The part's training command with a small default budget (None: the part has none to run from a notebook).
@@ -70,6 +71,8 @@ NO_TRAIN = {
     "part6_data_parallel": "Training on several processes needs `torchrun`, which a notebook kernel cannot be: in a "
                            "terminal, `torchrun --standalone --nproc_per_node=2 -m workbook cartpole --impl exercises` "
                            "(docs/torchrun.md).",
+    "part11_goodhart": "The measurement these functions serve takes minutes and writes a figure: in a terminal, "
+                       "`python -m workbook goodhart` (your functions, the default `--impl exercises`; docs/goodhart.md).",
 }
 
 

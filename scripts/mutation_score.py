@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENTS = ROOT / "tests" / "equivalent_mutants.txt"
 PARTS = {1: "part1_ppo_core", 2: "part2_cartpole", 3: "part3_rlhf", 4: "part4_continuous",
          5: "part5_beyond_ppo", 6: "part6_data_parallel", 7: "part7_reasoning", 8: "part8_atari",
-         9: "part9_agents", 10: "part10_async"}
+         9: "part9_agents", 10: "part10_async", 11: "part11_goodhart"}
 
 # Operators kept (regexes on cosmic-ray's operator names); everything else is filtered out.
 KEPT_OPERATORS = [
