@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "seed": seed, "threads": threads, "sampler_dtype": "float32", "samplers": 0},
                                  ["--seeds", str(seed), "--threads", str(threads)]))
         plan["goal"].append((f"async-s{seed}", {"part": "goal", "mode": "async", "lag": 1, "correction": "none", "seed": seed,
-                             "threads": 1, "sampler_dtype": "float32", "samplers": 1}, ["--seeds", str(seed), "--samplers", "1"]))
+                             "threads": 1, "sampler_dtype": "float32", "samplers": 1}, ["--seeds", str(seed), "--samplers", "1", "--correction", "none"]))
     for lag in ns.lags:
         for correction in ns.corrections if lag > 0 else ["none"]:
             plan["sweep"].append((f"sweep-lag{lag}-{correction}-s{seed0}", {"part": "sweep", "mode": "sync", "lag": lag,

@@ -56,6 +56,7 @@ from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_f
 from workbook.loop import rlvr
 from workbook.loop.algorithms import ALGORITHMS, given_options
 from workbook.loop.backend import TinyGPT, make_backend, save_policy
+from workbook.loop.calls import check_learner_code
 from workbook.loop.curves import save_seed_curves
 from workbook.loop.options import LoopArgs
 from workbook.loop.run import Run, curve_panels, prepare_runs, print_written, train, train_runs
@@ -444,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     args, seeds = parse_command(argv)
     runs, group, saved = prepare_runs(args, seeds, argv, command="reason", args_class=ReasonArgs, check=validate,
                                       split_seeds=seed_runs)
+    check_learner_code(runs[0], runs[0].task)  # every stub the run would reach, named before anything starts
     code, summaries, histories = train_runs(runs, saved, train_reason, command="reason",
                                             stub_file="exercises/part7_reasoning.py")
     if code is not None:
