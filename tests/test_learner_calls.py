@@ -196,3 +196,56 @@ def test_the_functions_listed_are_those_a_run_calls(options, tmp_path, capsys):
     assert not functions - exercises, "listed, not called: a stub there would stop a run that does not need it"
     if args.lag:
         assert lines[0].startswith("Part 10: stale batches corrected by importance_weights"), lines[:2]
+
+
+# --- a stale run corrects by default, and says what it does first ------------------------------------
+
+@pytest.mark.parametrize("options,correction", [
+    ([], "none"),  # synchronous: as before (every weight would be 1)
+    (["--samplers", "1"], "sequence_mask"), (["--lag", "2"], "sequence_mask"),
+    (["--samplers", "1", "--correction", "none"], "none"), (["--lag", "2", "--set", "correction=none"], "none"),
+    (["--samplers", "1", "--correction", "token_truncate"], "token_truncate"),
+    (["--sampler-dtype", "bfloat16"], "none"),  # lag 0 in one process: stale only in precision, nothing by default
+    (["--algo", "grpo", "--samplers", "1"], "none"),  # its trainer takes no correction
+])
+def test_a_stale_run_corrects_by_default_as_trl_does(options, correction):
+    import inspect
+
+    args, _ = reasoning.parse_command(options)
+    reasoning.validate(args)
+    assert args.correction == correction and args.is_cap == 3.0
+    signature = inspect.signature(sol10.importance_weights).parameters
+    assert (signature["mode"].default, signature["cap"].default) == ("sequence_mask", 3.0), "Part 10's own default"
+
+
+def test_the_first_line_says_which_correction_mask_and_kl_estimator_are_on():
+    from workbook.async_rl.sampler import sampling_line
+
+    line = lambda *o: sampling_line(reasoning.parse_command(list(o))[0])
+    assert line("--samplers", "1") == ("Part 10: stale batches corrected by importance_weights (sequence_mask, cap 3); "
+                                       "off-policy sequence mask off (--off-policy-delta δ turns it on); "
+                                       "no KL term in the loss (--kl-coef 0)")
+    assert line("--lag", "1", "--correction", "none", "--off-policy-delta", "0.5", "--kl-coef", "0.1",
+                "--kl-estimator", "k3_is", "--is-cap", "2") == (
+        "Part 10: stale batches not corrected (--correction none); off-policy sequence mask on (δ = 0.5); "
+        "KL term k3_is (kl_loss_term)")
+    assert "--kl-estimator k3_is" in line("--lag", "1", "--kl-coef", "0.1")
+    assert line("--algo", "grpo", "--lag", "1").startswith("stale batches are trained on as they are: --algo grpo")
+
+
+# --- --help says what each task runs ------------------------------------------------------------------
+
+def test_help_describes_parts_7_9_and_10_and_each_tasks_own_defaults(capsys):
+    with pytest.raises(SystemExit):
+        reasoning.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Parts 7, 9 and 10" in text.split("options:")[0]
+    impl = text.split("--impl {exercises,solutions}", 2)[-1].split("(default:")[0]
+    assert "Parts 3, 5 and 7" in impl and "Part 9" in impl and "Part 10" in impl, impl
+    for task in ("addition", "multiplication", "calculator"):
+        args, _ = reasoning.parse_command(["--task", task])
+        for field in ("iterations", "learning_rate", "max_new_tokens"):
+            flag = "--" + field.replace("_", "-")
+            shown = text.split(f"{flag} {field.upper()} ", 1)[1].split("(default: ", 1)[1].split(")")[0]
+            for_task = next(part for part in shown.split("; ") if task in part or "with --task" not in part)
+            assert for_task.split()[0] == f"{getattr(args, field):g}", (task, field, shown)

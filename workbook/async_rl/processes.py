@@ -215,11 +215,18 @@ def _join(port: int, rank: int, world_size: int) -> None:
 
 # --- a sampler process -------------------------------------------------------------------------
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
 def _on_stop_signals() -> list[str]:
-    """SIGINT/SIGTERM only set a flag: the sampler finishes the batch in hand, then tells the learner."""
+    """SIGINT/SIGTERM only set a flag: the sampler finishes the batch in hand, then tells the learner.
+
+    A spawned sampler starts with them blocked (:class:`RemoteSampling`); one that arrived while it
+    started is delivered here, once the flag is in place."""
     stop: list[str] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, lambda signum, frame: stop.append(signal.Signals(signum).name))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     return stop
 
 
@@ -265,7 +272,10 @@ def _serve(rank: int, setup: dict, stop: list[str]) -> None:
         if "frozen" in setup:  # a spawned sampler: a task whose class a fresh process cannot import fails here
             setup |= pickle.loads(setup.pop("frozen"))
         start = inbox.get(timeout_s(), stop=lambda: bool(stop))
-        if start is None or start["kind"] != "start":
+        if stop:  # Ctrl-C before the first batch: said as at any other time
+            outbox.send({"kind": "stopping", "signal": stop[0]}, 0)
+        if start is None or start["kind"] != "start" or stop:
+            outbox.flush(5.0)
             return
         generator = torch.Generator()
         generator.set_state(start["generator"])
@@ -350,7 +360,13 @@ class RemoteSampling:
                          "threads": args.threads, "free_running": self.free, "cores": blocks[r] if blocks else None}
                 self.procs[r] = context.Process(target=sampler_main, args=(r, world, port, setup), daemon=True,
                                                 name=f"sampler-{r}")
-                self.procs[r].start()
+                # Started with Ctrl-C and SIGTERM blocked (a child inherits the mask): a Ctrl-C while it imports is
+                # held until its handlers are in place (sampler_main), not a KeyboardInterrupt traceback at random.
+                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+                try:
+                    self.procs[r].start()
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # one that came meanwhile reaches the learner now
             _join(port, 0, world)
             if blocks:
                 os.sched_setaffinity(0, blocks[0])
