@@ -173,8 +173,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tries", type=int, default=20)
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
+    parser.add_argument("--start", choices=("forkserver", "spawn"), default="forkserver",
+                        help="how samplers start: forkserver (fast: the modules are loaded once) or spawn (as runs do)")
     ns = parser.parse_args()
     os.environ["WORKBOOK_DIST_TIMEOUT_S"] = START_S
+    os.environ["WORKBOOK_SAMPLER_START"] = ns.start
+    if ns.start == "forkserver":
+        import multiprocessing
+
+        multiprocessing.get_context("forkserver").set_forkserver_preload(
+            ["workbook.async_rl.processes", "workbook.loop.verifiable", "solutions.part7_reasoning", "__main__"])
     torch.set_num_threads(1)
     report = {}
     for name in ns.paths:

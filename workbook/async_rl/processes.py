@@ -25,6 +25,10 @@ task). They talk only by messages over the process group's point-to-point sends,
    receiver (``isend``): sampling and learning overlap.
 4. At the end, or on Ctrl-C, the learner sends "stop"; samplers exit; the learner waits for them.
 
+Samplers are spawned (a fresh interpreter each); ``WORKBOOK_SAMPLER_START=forkserver`` forks them from a
+server process instead, which starts them in milliseconds once it runs (tests/stress_async_faults.py
+starts a hundred).
+
 Faults: every receive has a deadline (``WORKBOOK_DIST_TIMEOUT_S``, default 600 s) and a peer
 that dies closes the connection, so no one waits forever. A sampler killed, one that raises,
 or one stopped by a signal becomes one line on the learner (:class:`SamplingStopped`), which
@@ -350,7 +354,7 @@ class RemoteSampling:
             dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s()))
         else:  # start them here, one spawned process each
             port, world = free_port(), self.n + 1
-            context = mp.get_context("spawn")
+            context = mp.get_context(os.environ.get("WORKBOOK_SAMPLER_START", "spawn"))
             frozen = _freeze({"lm": copy.deepcopy(lm).cpu().requires_grad_(False), "tok": tok, "task": task})
             self.cores_before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
             blocks = core_blocks(self.n + 1, args.threads)
