@@ -149,8 +149,39 @@ def ctrl_c() -> str:
         sampling.close()
 
 
+def ctrl_c_while_starting() -> str:
+    """Ctrl-C reaches the sampler while its interpreter starts (before its handlers exist): it ignores it, as the
+    learner, which the terminal's Ctrl-C reaches too, decides when everyone stops. Here only the sampler gets it."""
+    import contextlib
+    import multiprocessing
+
+    real = processes._ignoring_ctrl_c
+
+    @contextlib.contextmanager
+    def then_ctrl_c():
+        before = {p.pid for p in multiprocessing.active_children()}
+        with real():
+            yield
+        for proc in multiprocessing.active_children():
+            if proc.pid not in before:
+                os.kill(proc.pid, signal.SIGINT)
+
+    processes._ignoring_ctrl_c = then_ctrl_c
+    try:
+        sampling = start()
+    finally:
+        processes._ignoring_ctrl_c = real
+    try:
+        return until_stopped(sampling)
+    except SamplingStopped as stopped:
+        return f"{stopped.status}: {stopped.line}"
+    finally:
+        sampling.close()
+
+
 PATHS = {"start-fails": start_fails, "sampler-raises": sampler_raises, "killed": killed,
-         "stops-answering": stops_answering, "learner-raises": learner_raises, "ctrl-c": ctrl_c}
+         "stops-answering": stops_answering, "learner-raises": learner_raises, "ctrl-c": ctrl_c,
+         "ctrl-c-while-starting": ctrl_c_while_starting}
 
 
 def leftovers(before: set[int]) -> list[str]:

@@ -4,7 +4,7 @@ Not graded: the given engine (workbook/async_rl/processes.py) under tests/stress
 as a process of its own, so that its exit is checked too: a process group torn down while a thread
 still waited inside gloo aborted 2 runs in 6 ("terminate called without an active exception", exit
 status 134). Samplers start from a fork server here (the same engine, started in milliseconds), so
-the 120 tries take about 30-60 s on two cores; ``--start spawn`` runs them as real runs start them.
+the 140 tries take about 30-60 s on two cores; ``--start spawn`` runs them as real runs start them.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ EXPECTED = {
     "stops-answering": r"sampler 1 \(pid N\) stopped answering \(nothing received for 0.5 s\) before sending batch \d+",
     "learner-raises": r"the learner raised the update broke",
     "ctrl-c": r"interrupted: sampler 1 stopped on SIGINT",
+    "ctrl-c-while-starting": r"finished",  # ignored until its handlers exist; the learner (not signalled here) decides
 }
 
 

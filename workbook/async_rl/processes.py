@@ -40,6 +40,7 @@ with the learner (``PR_SET_PDEATHSIG`` on Linux).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import importlib
@@ -219,19 +220,27 @@ def _join(port: int, rank: int, world_size: int) -> None:
 
 # --- a sampler process -------------------------------------------------------------------------
 
-STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-
 def _on_stop_signals() -> list[str]:
     """SIGINT/SIGTERM only set a flag: the sampler finishes the batch in hand, then tells the learner.
 
-    A spawned sampler starts with them blocked (:class:`RemoteSampling`); one that arrived while it
-    started is delivered here, once the flag is in place."""
+    (A spawned sampler ignores Ctrl-C until then: :func:`_ignoring_ctrl_c`.)"""
     stop: list[str] = []
-    for sig in STOP_SIGNALS:
+    for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.append(signal.Signals(signum).name))
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     return stop
+
+
+@contextlib.contextmanager
+def _ignoring_ctrl_c():
+    """SIGINT ignored meanwhile, in the main thread (elsewhere the handler cannot be changed: nothing is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def sampler_main(rank: int, world_size: int, port: int, setup: dict) -> None:
@@ -364,13 +373,11 @@ class RemoteSampling:
                          "threads": args.threads, "free_running": self.free, "cores": blocks[r] if blocks else None}
                 self.procs[r] = context.Process(target=sampler_main, args=(r, world, port, setup), daemon=True,
                                                 name=f"sampler-{r}")
-                # Started with Ctrl-C and SIGTERM blocked (a child inherits the mask): a Ctrl-C while it imports is
-                # held until its handlers are in place (sampler_main), not a KeyboardInterrupt traceback at random.
-                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-                try:
+                # Started with Ctrl-C ignored (the one disposition a new interpreter inherits): a Ctrl-C while it
+                # imports is the learner's to act on, not a KeyboardInterrupt traceback from the sampler at random.
+                # (Ignored here too for the milliseconds of the start: the learner's own handler is back at once.)
+                with _ignoring_ctrl_c():
                     self.procs[r].start()
-                finally:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # one that came meanwhile reaches the learner now
             _join(port, 0, world)
             if blocks:
                 os.sched_setaffinity(0, blocks[0])
