@@ -11,6 +11,8 @@
   reached: ``error: --impl: <function> in exercises/<file> (Part N) is still a stub; ...``, exit
   status 2 (as a bad option: the run cannot start with that ``--impl``). A fresh run folder that
   the stub stopped before anything was trained is removed first (:func:`discard_new_run`).
+  :func:`check_no_stubs` says the same before a run starts, for every stub among the functions
+  the run will call (:func:`find_stubs`: known by their code, the learner's own code followed).
 - :func:`start_wandb` starts a wandb run the same way everywhere: ``disabled`` and ``offline``
   never touch the network; ``online`` without an API key or without a reachable server falls
   back to ``offline`` after at most ``WANDB_INIT_TIMEOUT`` seconds (default 15) and says so in
