@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "seed": seed, "threads": threads, "sampler_dtype": "float32", "samplers": 0},
                                  ["--seeds", str(seed), "--threads", str(threads)]))
         plan["goal"].append((f"async-s{seed}", {"part": "goal", "mode": "async", "lag": 1, "correction": "none", "seed": seed,
-                             "threads": 1, "sampler_dtype": "float32", "samplers": 1}, ["--seeds", str(seed), "--samplers", "1"]))
+                             "threads": 1, "sampler_dtype": "float32", "samplers": 1}, ["--seeds", str(seed), "--samplers", "1", "--correction", "none"]))
     # The mask modes only where a weight can reach the cap: at the largest lag (at small lags they equal truncation).
     top = max(ns.lags)
     points = [(lag, c) for lag in ns.lags for c in (ns.corrections if lag > 0 else ["none"])

@@ -415,3 +415,22 @@ def test_part0_explains_every_symptom():
     section = section[:section.index("\n---")]
     for symptom in SYMPTOMS:
         assert f"\n| {symptom.title} | " in section, f"Part 0's table has no row for {symptom.title!r}"
+
+
+def test_completions_cut_off_explain_a_collapsed_entropy_and_are_named_first():
+    """A run cut to 4 tokens that copy the prompt: every completion truncated and their entropy ~0 from iteration 1."""
+    cut = {"env/finished_frac": 0.0, "objective/entropy": 0.0002, "tokens/responses_len_mean": 4.0}
+    said = feed(DeadRunWatch(args_for("dapo", max_new_tokens=4)), stream(REASON, cut, "xxxxx"))
+    assert [line.split(" (")[0] for _, line in said] == ["warning: completions cut off"], said
+    assert "--max-new-tokens (now 4)" in said[0][1]
+    # Once the limit is raised and completions end, a collapse that remains is reported.
+    watch = DeadRunWatch(args_for("dapo", max_new_tokens=4))
+    rows = stream(REASON, cut, "xxx") + [r | {"iteration": r["iteration"] + 3}
+                                         for r in stream(REASON, {"objective/entropy": 0.0002}, "xxx")]
+    assert [(it, line.split(" (")[0]) for it, line in feed(watch, rows)] == [(3, "warning: completions cut off"),
+                                                                            (4, "warning: entropy collapsed")]
+    # An entropy that collapsed first is still reported first; the cut-off completions that follow are too.
+    rows = stream(REASON, {"objective/entropy": 0.0002}, "xxx") + [
+        r | {"iteration": r["iteration"] + 3} for r in stream(REASON, cut, "xxx")]
+    assert [line.split(" (")[0] for _, line in feed(DeadRunWatch(args_for("dapo")), rows)] == [
+        "warning: entropy collapsed", "warning: completions cut off"]

@@ -11,6 +11,8 @@
   reached: ``error: --impl: <function> in exercises/<file> (Part N) is still a stub; ...``, exit
   status 2 (as a bad option: the run cannot start with that ``--impl``). A fresh run folder that
   the stub stopped before anything was trained is removed first (:func:`discard_new_run`).
+  :func:`check_no_stubs` says the same before a run starts, for every stub among the functions
+  the run will call (:func:`find_stubs`: known by their code, the learner's own code followed).
 - :func:`start_wandb` starts a wandb run the same way everywhere: ``disabled`` and ``offline``
   never touch the network; ``online`` without an API key or without a reachable server falls
   back to ``offline`` after at most ``WANDB_INIT_TIMEOUT`` seconds (default 15) and says so in
@@ -142,22 +144,118 @@ def part_title(file: str) -> str:
     return f"Part {number}" if number.isdigit() else stem
 
 
-def stub_error(impl: str, fallback_file: str, removed: Path | None = None) -> ConfigError:
+def stub_error(impl: str, fallback_file: str, removed: Path | None = None, *,
+               found: list[tuple[str, str]] | None = None) -> ConfigError:
     """The one-line error for the stub the exception being handled came from (call it in an ``except NotImplementedError``).
 
     It names the function (the innermost ``exercises/`` frame of the traceback), its file and part,
     and the test file that shows which are done; ``fallback_file`` when no frame is in exercises/.
     ``removed``: the empty run folder that was removed (said so, so no printed path is left dangling).
+    ``found``: the stubs a check before the run found, as (file, dotted name), instead of a traceback:
+    the first part's are named, and how many more the later parts hold.
     """
-    where = [(f"exercises/{Path(frame.f_code.co_filename).name}", getattr(frame.f_code, "co_qualname", frame.f_code.co_name))
-             for frame, _ in traceback.walk_tb(sys.exc_info()[2])
-             if f"{os.sep}exercises{os.sep}" in frame.f_code.co_filename]
-    file, name = where[-1] if where else (fallback_file, "an exercise")
-    message = (f"{impl}: {name} in {file} ({part_title(file)}) is still a stub; fill it in "
+    if found:
+        file = found[0][0]
+        names = [name for f, name in found if f == file]
+        later = sorted({part_title(f) for f, _ in found if f != file}, key=lambda t: int(t.split()[-1]) if t[-1].isdigit() else 0)
+    else:
+        where = [(f"exercises/{Path(frame.f_code.co_filename).name}", getattr(frame.f_code, "co_qualname", frame.f_code.co_name))
+                 for frame, _ in traceback.walk_tb(sys.exc_info()[2])
+                 if f"{os.sep}exercises{os.sep}" in frame.f_code.co_filename]
+        file, name = where[-1] if where else (fallback_file, "an exercise")
+        names, later = [name], []
+    them = "it" if len(names) == 1 else "them"
+    message = (f"{impl}: {', '.join(names)} in {file} ({part_title(file)}) "
+               f"{'is still a stub' if len(names) == 1 else 'are still stubs'}; fill {them} in "
                f"(pytest tests/test_{Path(file).stem}.py shows which are done) or use --impl solutions")
+    if later:
+        message += f"; the run also reaches stubs in {' and '.join(later)}"
     if removed is not None:
         message += f"; nothing was trained, so the new run folder {removed} was removed"
     return ConfigError("--impl", message)
+
+
+def is_stub_code(function) -> bool:
+    """Whether ``function`` (unwrapped from decorators) only raises ``NotImplementedError``: a stub as it ships."""
+    import dis
+    import inspect
+
+    code = getattr(inspect.unwrap(function), "__code__", None)
+    if code is None:
+        return False
+    ops = [(i.opname, i.argval) for i in dis.get_instructions(code)  # ``raise NotImplementedError("...")`` too
+           if i.opname not in ("RESUME", "NOP", "PRECALL", "PUSH_NULL", "CACHE", "CALL", "CALL_FUNCTION", "LOAD_CONST")]
+    return len(ops) == 2 and ops[0] == ("LOAD_GLOBAL", "NotImplementedError") and ops[1][0] == "RAISE_VARARGS"
+
+
+def _same_code(a, b) -> bool:
+    if a.co_code != b.co_code or a.co_names != b.co_names:
+        return False
+    inner_a = [c for c in a.co_consts if hasattr(c, "co_code")]
+    inner_b = [c for c in b.co_consts if hasattr(c, "co_code")]
+    return len(inner_a) == len(inner_b) and all(_same_code(x, y) for x, y in zip(inner_a, inner_b))
+
+
+def _names_used(code) -> set[str]:
+    return set(code.co_names).union(*(_names_used(c) for c in code.co_consts if hasattr(c, "co_code")))
+
+
+def find_stubs(impl: str, calls: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """The stubs a run of ``impl`` would reach, as (``exercises/<file>``, dotted name), before anything runs.
+
+    ``calls``: per module of the part (``"part7_reasoning"``), what the run's own (given) code calls
+    there: functions, methods (``"PPOTrainer.step"``) or classes (every method of theirs). A stub
+    among them is found by its code (it only raises ``NotImplementedError``, as it ships). The
+    learner's own code is followed too: a function that is neither a stub nor the reference's
+    code leads to what it names in its part or imports from another (``from .part3_rlhf import
+    masked_mean``), and a method to the methods of its class that it names. The first part's
+    first; [] for ``--impl solutions``.
+    """
+    import importlib
+    import inspect
+
+    if impl != "exercises":
+        return []
+    found: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    todo = [(stem, name) for stem in sorted(calls, key=lambda s: int(s[4:].split("_")[0])) for name in calls[stem]]
+    while todo:
+        stem, name = todo.pop(0)
+        if (stem, name) in seen:
+            continue
+        seen.add((stem, name))
+        module, reference = importlib.import_module(f"exercises.{stem}"), importlib.import_module(f"solutions.{stem}")
+        owner, ref, cls = module, reference, None
+        for part in name.split("."):
+            cls = owner if inspect.isclass(owner) else None
+            owner, ref = getattr(owner, part, None), getattr(ref, part, None)
+        if inspect.isclass(owner):  # a class: each method defined in it
+            todo[:0] = [(stem, f"{name}.{m}") for m, v in vars(owner).items() if inspect.isfunction(v)]
+            continue
+        if not callable(owner):
+            continue
+        if is_stub_code(owner):
+            found.append((f"exercises/{stem}.py", name))
+            continue
+        code, ref_code = getattr(inspect.unwrap(owner), "__code__", None), getattr(inspect.unwrap(ref), "__code__", None)
+        if code is None or (ref_code is not None and _same_code(code, ref_code)):
+            continue  # the reference's own code: ``calls`` already lists what it calls
+        scope = getattr(inspect.unwrap(owner), "__globals__", {})
+        for used in sorted(_names_used(code)):
+            if cls is not None and used in vars(cls):
+                todo.append((stem, f"{name.rsplit('.', 1)[0]}.{used}"))
+            target = scope.get(used)
+            where = getattr(target, "__module__", "") or ""
+            if where.startswith("exercises.part") and (inspect.isfunction(target) or inspect.isclass(target)):
+                todo.append((where.split(".")[1], getattr(target, "__qualname__", used)))
+    return found
+
+
+def check_no_stubs(impl: str, calls: dict[str, list[str]]) -> None:
+    """ConfigError naming the stubs (:func:`find_stubs`) a run of ``impl`` would reach: before anything is loaded or written."""
+    found = find_stubs(impl, calls)
+    if found:
+        raise stub_error(impl, found[0][0], found=found)
 
 
 # --- wandb -------------------------------------------------------------------------------

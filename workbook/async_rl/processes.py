@@ -25,6 +25,10 @@ task). They talk only by messages over the process group's point-to-point sends,
    receiver (``isend``): sampling and learning overlap.
 4. At the end, or on Ctrl-C, the learner sends "stop"; samplers exit; the learner waits for them.
 
+Samplers are spawned (a fresh interpreter each); ``WORKBOOK_SAMPLER_START=forkserver`` forks them from a
+server process instead, which starts them in milliseconds once it runs (tests/stress_async_faults.py
+starts a hundred).
+
 Faults: every receive has a deadline (``WORKBOOK_DIST_TIMEOUT_S``, default 600 s) and a peer
 that dies closes the connection, so no one waits forever. A sampler killed, one that raises,
 or one stopped by a signal becomes one line on the learner (:class:`SamplingStopped`), which
@@ -36,6 +40,7 @@ with the learner (``PR_SET_PDEATHSIG`` on Linux).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import importlib
@@ -216,11 +221,26 @@ def _join(port: int, rank: int, world_size: int) -> None:
 # --- a sampler process -------------------------------------------------------------------------
 
 def _on_stop_signals() -> list[str]:
-    """SIGINT/SIGTERM only set a flag: the sampler finishes the batch in hand, then tells the learner."""
+    """SIGINT/SIGTERM only set a flag: the sampler finishes the batch in hand, then tells the learner.
+
+    (A spawned sampler ignores Ctrl-C until then: :func:`_ignoring_ctrl_c`.)"""
     stop: list[str] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.append(signal.Signals(signum).name))
     return stop
+
+
+@contextlib.contextmanager
+def _ignoring_ctrl_c():
+    """SIGINT ignored meanwhile, in the main thread (elsewhere the handler cannot be changed: nothing is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def sampler_main(rank: int, world_size: int, port: int, setup: dict) -> None:
@@ -235,10 +255,14 @@ def sampler_main(rank: int, world_size: int, port: int, setup: dict) -> None:
     torch.set_num_threads(setup["threads"])
     if setup["cores"]:
         os.sched_setaffinity(0, setup["cores"])
-    _join(port, rank, world_size)  # first: from here on, whatever fails is told to the learner (not a silent exit)
+    try:
+        _join(port, rank, world_size)  # first: from here on, whatever fails is told to the learner (not a silent exit)
+    except Exception as error:  # the learner is gone, or never joined before the deadline: nothing to tell anyone
+        print(f"sampler {rank}: could not join the learner ({type(error).__name__}); exiting", file=sys.stderr, flush=True)
+        os._exit(1)
     _serve(rank, setup, stop)
     sys.stdout.flush()
-    os._exit(0)  # no teardown handshake: the learner may already be gone
+    os._exit(0)  # no teardown: its receiving thread may still wait inside gloo, and the learner may already be gone
 
 
 def serve_sampler(args, lm: nn.Module, tok, task, *, chunk: int) -> None:
@@ -261,7 +285,10 @@ def _serve(rank: int, setup: dict, stop: list[str]) -> None:
         if "frozen" in setup:  # a spawned sampler: a task whose class a fresh process cannot import fails here
             setup |= pickle.loads(setup.pop("frozen"))
         start = inbox.get(timeout_s(), stop=lambda: bool(stop))
-        if start is None or start["kind"] != "start":
+        if stop:  # Ctrl-C before the first batch: said as at any other time
+            outbox.send({"kind": "stopping", "signal": stop[0]}, 0)
+        if start is None or start["kind"] != "start" or stop:
+            outbox.flush(5.0)
             return
         generator = torch.Generator()
         generator.set_state(start["generator"])
@@ -322,35 +349,45 @@ class RemoteSampling:
         # Sampler r's stream: the data seed for the first (so one sampler draws what the synchronous run draws).
         self.streams = dict(saved["streams"]) if saved else {
             r: torch.Generator().manual_seed(data_seed + 1_000_003 * (r - 1)).get_state() for r in range(1, self.n + 1)}
-        self.procs = {}
+        self.procs, self.ranks, self.inboxes, self.outbox = {}, range(1, self.n + 1), {}, None
+        self.unanswering: set[int] = set()  # samplers that missed a deadline: close() kills them without waiting again
+        self.closed = False
+        try:
+            self._start(args, lm, tok, task, chunk)
+        except BaseException:  # whatever stops the start (a stub of Part 10, Ctrl-C): no process, thread or group left
+            self.close()
+            raise
+
+    def _start(self, args, lm: nn.Module, tok, task, chunk: int) -> None:
         if "WORLD_SIZE" in os.environ:  # torchrun started every rank: ranks 1..N are samplers already
             dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s()))
         else:  # start them here, one spawned process each
             port, world = free_port(), self.n + 1
-            context = mp.get_context("spawn")
+            context = mp.get_context(os.environ.get("WORKBOOK_SAMPLER_START", "spawn"))
             frozen = _freeze({"lm": copy.deepcopy(lm).cpu().requires_grad_(False), "tok": tok, "task": task})
             self.cores_before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
             blocks = core_blocks(self.n + 1, args.threads)
-            for r in range(1, self.n + 1):
+            for r in self.ranks:
                 setup = {"frozen": frozen, "impl": args.impl, "dtype": args.sampler_dtype,
                          "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "chunk": chunk,
                          "threads": args.threads, "free_running": self.free, "cores": blocks[r] if blocks else None}
                 self.procs[r] = context.Process(target=sampler_main, args=(r, world, port, setup), daemon=True,
                                                 name=f"sampler-{r}")
-                self.procs[r].start()
+                # Started with Ctrl-C ignored (the one disposition a new interpreter inherits): a Ctrl-C while it
+                # imports is the learner's to act on, not a KeyboardInterrupt traceback from the sampler at random.
+                # (Ignored here too for the milliseconds of the start: the learner's own handler is back at once.)
+                with _ignoring_ctrl_c():
+                    self.procs[r].start()
             _join(port, 0, world)
             if blocks:
                 os.sched_setaffinity(0, blocks[0])
-        self.ranks = range(1, self.n + 1)
         self.outbox, self.inboxes = Outbox(), {r: Inbox(r) for r in self.ranks}
-        self.unanswering: set[int] = set()  # samplers that missed a deadline: close() kills them without waiting again
         for r in self.ranks:
             self.outbox.send({"kind": "start", "generator": self.streams[r]}, r)
-        self.ordered = start  # the next batch to order
+        self.ordered = self.start  # the next batch to order
         newest = max(self.versions)
         for version in (sorted(self.versions) if not self.free else [newest]):
             self._send_weights(version)
-        self.closed = False
 
     def _send_weights(self, version: int) -> None:
         """Weights of ``version`` to every sampler, then the orders they allow."""
@@ -412,7 +449,14 @@ class RemoteSampling:
         return {"versions": dict(self.versions), "streams": dict(self.streams)}
 
     def close(self) -> None:
-        """Stop every sampler and wait for it (killing one that does not stop within 10 s); leave the group."""
+        """Stop every sampler and wait for it (killing one that does not stop within 10 s); leave the group.
+
+        The order matters: the samplers end first, so that every receiving thread of this process
+        has seen its connection close and returned; only then is the process group destroyed. A
+        group destroyed (or a process ending) while a thread still waits inside gloo's receive
+        aborts the process in C++ ("terminate called without an active exception", exit 134), at
+        random, depending on which thread the teardown meets first.
+        """
         if self.closed:
             return
         self.closed = True
@@ -420,25 +464,27 @@ class RemoteSampling:
             proc = self.procs.get(r)
             if proc is not None and r in self.unanswering:  # it had its deadline; a stopped (SIGSTOP) one would not answer
                 proc.kill()
-            elif proc is None or proc.is_alive():
-                try:
-                    self.outbox.send({"kind": "stop"}, r)
-                except RuntimeError:
-                    pass
-        if not self.procs:
+            elif self.outbox is not None and (proc is None or proc.is_alive()):
+                self.outbox.send({"kind": "stop"}, r)
+        if not self.procs and self.outbox is not None:
             self.outbox.flush(5.0)
-        for inbox in self.inboxes.values():  # their receives end when the samplers' connections close
-            inbox.thread.join(timeout=5.0)
         deadline = time.monotonic() + 10.0
         for proc in self.procs.values():
+            if proc.pid is None:  # never started
+                continue
             proc.join(timeout=max(0.1, deadline - time.monotonic()))
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=5.0)
-        try:
-            dist.destroy_process_group()
-        except Exception:  # a group whose peers died may not tear down cleanly; the processes are gone
-            pass
+        for inbox in self.inboxes.values():  # their receives end once the samplers' connections are closed
+            inbox.thread.join(timeout=10.0)
+        if self.outbox is not None:
+            self.outbox.flush(5.0)  # a send to a sampler that is gone fails at once
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # a group whose peers died may not tear down cleanly; the processes are gone
+                pass
         if getattr(self, "cores_before", None):
             os.sched_setaffinity(0, self.cores_before)  # the evaluation after training may use every core again
 

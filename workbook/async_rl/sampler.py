@@ -183,10 +183,38 @@ def validate_sampling(args) -> None:
             f"only {', '.join(CORRECTING)} take it (their trainer calls your Part 10)")
 
 
+DEFAULT_CORRECTION = "sequence_mask"
+"""The correction of a stale run unless ``--correction`` says otherwise: Part 10's ``importance_weights`` default,
+TRL's GRPOTrainer's (``vllm_importance_sampling_mode``, with the cap C = 3 of ``--is-cap``)."""
+
+
 def sampling_defaults(args, given: set[str]):
-    """``--samplers N`` without ``--lag``: lag 1 (with lag 0 the learner and its samplers would take turns)."""
+    """Part 10's defaults that depend on other options (those in ``given`` are kept as given):
+
+    - ``--samplers N`` without ``--lag``: lag 1 (with lag 0 the learner and its samplers would take turns);
+    - a stale run (``--samplers N`` or ``--lag K > 0``) of dapo, gspo or cispo corrects its batches with
+      :data:`DEFAULT_CORRECTION`, as TRL's GRPOTrainer does (``--correction none`` trains on them as they
+      are). A synchronous run keeps ``none``: there every weight would be 1.
+    """
     import dataclasses
 
     if args.samplers > 0 and "lag" not in given:
-        return dataclasses.replace(args, lag=1)
+        args = dataclasses.replace(args, lag=1)
+    if (args.samplers > 0 or args.lag > 0) and "correction" not in given and args.algo in CORRECTING:
+        args = dataclasses.replace(args, correction=DEFAULT_CORRECTION)
     return args
+
+
+def sampling_line(args) -> str:
+    """What a stale run does about its stale batches, in one line (the run's first): correction, mask, KL estimator."""
+    if args.algo not in CORRECTING:
+        return (f"stale batches are trained on as they are: --algo {args.algo} does not call Part 10's corrections "
+                f"(only {', '.join(CORRECTING)} do)")
+    correction = (f"corrected by importance_weights ({args.correction}, cap {args.is_cap:g})" if args.correction != "none"
+                  else "not corrected (--correction none)")
+    mask = (f"off-policy sequence mask on (δ = {args.off_policy_delta:g})" if args.off_policy_delta > 0
+            else "off-policy sequence mask off (--off-policy-delta δ turns it on)")
+    kl = ("no KL term in the loss (--kl-coef 0)" if args.kl_coef == 0
+          else f"KL term {args.kl_estimator}" + (" (kl_loss_term)" if args.kl_estimator == "k3_is" else
+                                                 " (--kl-estimator k3_is: importance-weighted)"))
+    return f"Part 10: stale batches {correction}; {mask}; {kl}"

@@ -29,7 +29,9 @@ little entropy and (under dynamic sampling) no loss because it is solved, not de
 A symptom that follows from another one being reported and still holding is not reported as well:
 the first line names the cause. A policy that ran away from its reference (``kl``) writes text
 that never ends, clips every ratio and has no spread; identical samples (``entropy``) or cut-off
-ones (``truncated``) have no spread; no spread (``no_signal``) means a zero loss.
+ones (``truncated``) have no spread; no spread (``no_signal``) means a zero loss. Completions all cut off
+(``truncated``) also explain a collapsed entropy: a run cut to a few tokens measures the entropy on those
+alone (with the reasoner, the first tokens copy the prompt, nearly certain), so the length limit is named first.
 
 The thresholds sit far from healthy runs: the commands' default runs report nothing. ``reason``
 (dapo, 60 iterations) peaked at 0.045 nats of KL per token, 0.8 % of completions cut off and clip
@@ -196,10 +198,12 @@ class Symptom:
 
 SYMPTOMS: tuple[Symptom, ...] = (
     Symptom("kl", "KL exploding", kl, _kl_line),
-    Symptom("entropy", "entropy collapsed", entropy, _entropy_line),
     # A policy far from its reference writes text that never ends, has no spread, clips everything:
     # the KL line names the cause (a learning rate too high) and the rest follow from it.
     Symptom("truncated", "completions cut off", truncated, _truncated_line, explained_by=("kl",)),
+    # Completions cut off after a few tokens are measured on those tokens only: where they copy the
+    # prompt (nearly certain), the entropy reads as collapsed; the length limit is the cause to name.
+    Symptom("entropy", "entropy collapsed", entropy, _entropy_line, explained_by=("truncated",)),
     Symptom("clipped", "clip fraction saturated", clipped, _clipped_line, explained_by=("kl",)),
     Symptom("no_signal", "no reward spread", no_signal, _no_signal_line, explained_by=("kl", "entropy", "truncated")),
     Symptom("zero_loss", "policy loss exactly 0", zero_loss, _zero_loss_line,

@@ -1,9 +1,13 @@
-"""Part 7 end to end: RL with verifiable rewards on arithmetic — the ``reason`` command.
+"""Parts 7, 9 and 10 end to end, the reason command: RL with verifiable rewards on arithmetic (Part 7), with a
+calculator tool over several turns (Part 9: --task calculator), with sampler processes and stale batches (Part 10:
+--samplers N, --lag K).
 
     python -m workbook reason --impl solutions                       # DAPO on three-digit addition
     python -m workbook reason --impl solutions --algo gspo --task multiplication
     python -m workbook reason                                        # your exercises/part7_reasoning.py (the default)
     python -m workbook reason --impl solutions --seeds 0 1 2         # one run per seed, and their spread
+    python -m workbook reason --task calculator                      # Part 9: a*b*c with a calculator tool
+    python -m workbook reason --samplers 1                           # Part 10: a sampler process beside the learner
     torchrun --standalone --nproc_per_node=2 -m workbook reason --impl solutions   # data-parallel (Part 6)
     python -m workbook reason --impl solutions --model Qwen/Qwen2.5-0.5B-Instruct --prompts gsm8k.tsv \\
         --device cuda                                                # a real model on a GPU (HF_PRESET)
@@ -50,12 +54,13 @@ import torch
 from torch import Tensor, nn
 
 from workbook import distributed
-from workbook.async_rl.sampler import sampling_defaults, validate_sampling
+from workbook.async_rl.sampler import DEFAULT_CORRECTION, sampling_defaults, validate_sampling
 from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require,
                           require_at_least, require_choices, require_divides, require_in, require_positive)
 from workbook.loop import rlvr
 from workbook.loop.algorithms import ALGORITHMS, given_options
 from workbook.loop.backend import TinyGPT, make_backend, save_policy
+from workbook.loop.calls import check_learner_code
 from workbook.loop.curves import save_seed_curves
 from workbook.loop.options import LoopArgs
 from workbook.loop.run import Run, curve_panels, prepare_runs, print_written, train, train_runs
@@ -99,7 +104,7 @@ HF_PRESET = {
 @dataclass
 class ReasonArgs(LoopArgs):
     impl: Literal["exercises", "solutions"] = "exercises"
-    """Which part7_reasoning (and the parts it uses: 3 and 5) to train with: exercises (yours) or solutions."""
+    """Whose code trains: exercises (yours) or solutions. Parts 3, 5 and 7; with --task calculator also Part 9; with --samplers or --lag also Part 10. Every function the run will call is checked first: a stub is named before anything starts."""
     algo: Literal["grpo", "dapo", "dr_grpo", "gspo", "cispo", "rloo", "ppo"] = DEFAULT_ALGO
     """The algorithm (each has its defaults; see --help's end)."""
     model: str = ""
@@ -257,12 +262,22 @@ def algo_help() -> str:
 
 
 def shown_default(name: str, default: Any) -> str:
-    """``--help``'s default of a field: the value the default algorithm (dapo) uses, where it sets its own."""
+    """``--help``'s default of a field: the value the default algorithm (dapo) uses, where it sets its own; each
+    task's own (:data:`TASK_DEFAULTS`); Part 10's that follow from other options."""
+    shown = str(default)
     if name in REASON_DEFAULTS[DEFAULT_ALGO]:
         value = REASON_DEFAULTS[DEFAULT_ALGO][name]
         extra = " (or --max-new-tokens / 4 where that is less)" if name == "overlong_cache" else ""
-        return f"{value}{extra} with --algo {DEFAULT_ALGO}, the default; {default} for the algorithms that do not set it"
-    return str(default)
+        shown = f"{value}{extra} with --algo {DEFAULT_ALGO}, the default; {default} for the algorithms that do not set it"
+    tasks = [f"{d[name]} with --task {task}" for task, d in TASK_DEFAULTS.items() if name in d]
+    if tasks:
+        shown = f"{shown} with --task addition or multiplication; " + "; ".join(tasks)
+    if name == "lag":
+        shown += "; 1 with --samplers N"
+    if name == "correction":
+        shown += (f"; {DEFAULT_CORRECTION} with --samplers N or --lag K > 0 (dapo, gspo, cispo: TRL's default; "
+                  "--correction none trains on stale batches as they are)")
+    return shown
 
 
 def parse_command(argv: list[str] | None) -> tuple[ReasonArgs, list[int]]:
@@ -444,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     args, seeds = parse_command(argv)
     runs, group, saved = prepare_runs(args, seeds, argv, command="reason", args_class=ReasonArgs, check=validate,
                                       split_seeds=seed_runs)
+    check_learner_code(runs[0], runs[0].task)  # every stub the run would reach, named before anything starts
     code, summaries, histories = train_runs(runs, saved, train_reason, command="reason",
                                             stub_file="exercises/part7_reasoning.py")
     if code is not None:

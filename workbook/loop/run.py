@@ -43,7 +43,7 @@ import torch
 
 from workbook import distributed
 from workbook.async_rl.processes import SamplerTraceback, SamplingStopped
-from workbook.async_rl.sampler import LocalSampling, is_stale_sampling
+from workbook.async_rl.sampler import LocalSampling, is_stale_sampling, sampling_line
 from workbook.checkpoints import (CHECKPOINT, INTERRUPTED, LAYOUT, NON_FINITE, Abandoned, AppendLog, StopSignals,
                                   first_non_finite, lm_algorithm_state, load_run, non_finite_weights,
                                   restore_lm_algorithm, rng_state, save, set_rng_state, stop_at_once, write_json)
@@ -89,6 +89,8 @@ class Run:
         torch.set_num_threads(args.threads)
         torch.manual_seed(args.seed)
         self.say = (lambda *a: None) if args.quiet or not dp.is_main else (lambda *a: print(*a, flush=True))
+        if is_stale_sampling(args):  # Part 10: first, what the run does about stale batches
+            self.say(sampling_line(args))
 
         # The model (cached), the task, then the algorithm's policy (PPO: with its value head) and frozen reference.
         self.backend = backend or make_backend(args, pretrain_args)
@@ -144,7 +146,11 @@ class Run:
         self.health = DeadRunWatch(args)  # a dead run's symptoms; a resumed run's earlier ones are replayed, not re-printed
         for past in self.history:
             self.health.update(past)
-        self.sampling = self.start_sampling(resume)
+        try:
+            self.sampling = self.start_sampling(resume)
+        except NotImplementedError as error:  # a stub met while starting (the samplers are closed): no empty folder left
+            error.removed = self.discard()
+            raise
         self.good = self.state("running") if self.keep_good else None
 
     def start_sampling(self, resume: dict | None):
