@@ -288,11 +288,15 @@ def test_importance_weights_and_stats_carry_no_graph(impl, mode):
 
 @pytest.mark.exercise("importance_weights")
 @pytest.mark.parametrize("mode,cap", [("sequence", 3.0), ("TOKEN_MASK", 3.0), ("", 3.0), ("token_mask", 0.0),
-                                      ("sequence_truncate", -1.0), ("sequence_mask", 0.0)])
+                                      ("sequence_truncate", -1.0), ("sequence_mask", 0.0),
+                                      ("token_truncate", NAN), ("sequence_mask", NAN)])
 def test_importance_weights_reject_an_unknown_mode_or_a_cap_not_above_0(impl, mode, cap):
+    # Each case breaks one rule only (a known mode with a bad cap, an unknown mode with a good cap), so a check
+    # that comes after another is reached. A NaN cap passes `cap <= 0` (every comparison with NaN is False).
     learner, sampler, mask = iw_inputs(9)
-    expect_value_error(impl, "importance_weights", "unknown mode or cap <= 0",
-                       [mistake("importance_weights", "bad_arguments_accepted")], learner, sampler, mask, mode, cap)
+    name = "cap_nan_accepted" if math.isnan(cap) else "bad_arguments_accepted"
+    expect_value_error(impl, "importance_weights", "unknown mode, or a cap <= 0 or NaN",
+                       [mistake("importance_weights", name)], learner, sampler, mask, mode, cap)
 
 
 # =====================================================================================
