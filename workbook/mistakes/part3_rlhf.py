@@ -450,6 +450,17 @@ def _advantages(values, rewards, mask, gamma, lam, *, mask_values=True, whiten_f
         return values, adv, returns
 
 
+@part3("compute_advantages", "nan_passes_the_range_check",
+       "gamma or lam was checked with `x < 0 or x > 1`, which lets NaN through (every comparison with NaN is False)")
+def adv_nan_accepted(values, rewards, mask, gamma, lam):
+    if gamma < 0 or gamma > 1 or lam < 0 or lam > 1:
+        raise ValueError("gamma and lam must lie in [0, 1]")
+    if gamma == gamma and lam == lam:
+        return _ref.compute_advantages(values, rewards, mask, gamma, lam)
+    v, a, r = _ref.compute_advantages(values, rewards, mask, 0.5, 0.5)  # the recursion with a NaN: NaN everywhere
+    return v, torch.full_like(a, float("nan")), torch.full_like(r, float("nan"))
+
+
 @part3("compute_advantages", "whitened_before_returns", "the advantages were whitened before computing returns = advantages + values")
 def adv_whiten_first(values, rewards, mask, gamma, lam):
     return _advantages(values, rewards, mask, gamma, lam, whiten_first=True)

@@ -44,6 +44,18 @@ def _same_number(a, b):
     return (a.lstrip("0") or "0") == (b.lstrip("0") or "0")
 
 
+@part7("answer_reward", "nan_format_reward_accepted",
+       "format_reward was checked with `x < 0 or x >= 1`, which lets NaN through: a wrong answer then scores NaN")
+def reward_nan_accepted(completions, answers, format_reward=0.1):
+    if len(completions) != len(answers) or format_reward < 0 or format_reward >= 1:
+        raise ValueError("bad arguments")
+    out = []
+    for text, answer in zip(completions, answers):
+        got = _ascii_digits(_first_pair(text))
+        out.append(0.0 if got is None else 1.0 if _same_number(got, answer) else format_reward)
+    return torch.tensor(out, dtype=torch.float32)
+
+
 @part7("answer_reward", "format_reward_for_junk",
        "every completion without the right answer got the format reward, parseable or not")
 def reward_junk_gets_format(completions, answers, format_reward=0.1):
