@@ -254,8 +254,9 @@ def test_importance_weights_of_one_token_rows_and_an_empty_batch(impl, ref, mode
     # One token per row: the sequence ratio is the token ratio. An all-empty batch: weights 0, every stat 0, not NaN.
     learner, sampler, mask = iw_inputs(5, lengths=[1, 1, 1, 1, 1], scale=1.0)
     check_iw(impl, ref, learner, sampler, mask, mode, 1.5, what=" (one token per row)")
-    for mask_dtype in (torch.bool, torch.float32):
-        learner, sampler, mask = iw_inputs(6, lengths=[0, 0, 0], mask_dtype=mask_dtype, padding="nonfinite")
+    # The empty batch in float64 too: a shortcut for it must keep the promises of the main path (the dtype).
+    for dtype, mask_dtype in ((torch.float32, torch.bool), (torch.float32, torch.float32), (torch.float64, torch.int64)):
+        learner, sampler, mask = iw_inputs(6, lengths=[0, 0, 0], dtype=dtype, mask_dtype=mask_dtype, padding="nonfinite")
         weights, stats = check_iw(impl, ref, learner, sampler, mask, mode, 3.0, what=" (no real token at all)")
         if bool(weights.any()) or any(float(stats[k]) != 0.0 for k in STATS):
             raise WrongAnswer(explain(describe_call("importance_weights", learner, sampler, mask, mode, 3.0),
