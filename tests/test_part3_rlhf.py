@@ -2,7 +2,7 @@
 
 Run: ``pytest tests/test_part3_rlhf.py`` (your code) or add ``--impl=solutions``.
 Every value is compared with the reference solution on seeded inputs; a wrong answer names
-the known mistake it looks like (workbook/mistakes/part3_rlhf.py). The models are tiny GPTs
+the known mistake it looks like (workbook/mistakes/part3_rlhf/). The models are tiny GPTs
 with fixed random weights (no pretraining), so the whole file runs in seconds.
 Tolerances: float32 results within rtol=1e-5, atol=1e-5 unless a test says otherwise.
 """

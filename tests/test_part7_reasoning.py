@@ -5,7 +5,7 @@ Values are compared with the reference solution on seeded inputs across every se
 docstrings offer (both clip bounds, both normalisations, each format reward, each mask
 dtype), and on the edges they promise: masked-out rows, junk strings, n in the hundreds,
 clips that bind. A wrong answer names the known mistake it looks like
-(workbook/mistakes/part7_reasoning.py). Padding holds garbage on purpose.
+(workbook/mistakes/part7_reasoning/). Padding holds garbage on purpose.
 """
 
 from __future__ import annotations
