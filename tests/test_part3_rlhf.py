@@ -77,8 +77,10 @@ def tiny_lm(seed: int = 0, dropout: float = 0.0) -> GPT:
     return lm.eval()
 
 
-def expect_value_error(call: str, fn, labels: list[str] | None = None) -> None:
-    """``fn()`` must raise ValueError; a result or another exception is the learner's to fix."""
+def expect_value_error(call: str, fn, named: tuple[str, str] | None = None) -> None:
+    """``fn()`` must raise ValueError; a result or another exception is the learner's to fix.
+
+    ``named``: (exercise, known mistake) to name on failure (looked up only then: the registry's first load costs)."""
     try:
         fn()
     except NotImplementedError:
@@ -86,8 +88,9 @@ def expect_value_error(call: str, fn, labels: list[str] | None = None) -> None:
     except ValueError:
         return
     except Exception as e:  # noqa: BLE001 - any other exception is the wrong answer under test
-        raise WrongAnswer(explain(call, f"expected a ValueError, got {type(e).__name__}: {e}", labels or [])) from None
-    raise WrongAnswer(explain(call, "expected a ValueError, got a result", labels or []))
+        raise WrongAnswer(explain(call, f"expected a ValueError, got {type(e).__name__}: {e}",
+                                  [mistake(*named)] if named else [])) from None
+    raise WrongAnswer(explain(call, "expected a ValueError, got a result", [mistake(*named)] if named else []))
 
 
 def token_rows(seed: int, n: int, low: int, high: int) -> list[torch.Tensor]:
@@ -444,7 +447,7 @@ def test_compute_advantages_refuses_gamma_or_lam_outside_0_1(impl, gamma, lam):
     nan = math.isnan(gamma) or math.isnan(lam)
     expect_value_error(f"compute_advantages(values, rewards, mask, gamma={gamma}, lam={lam})",
                        lambda: impl.compute_advantages(*advantage_inputs(0), gamma, lam),
-                       [mistake("compute_advantages", "nan_passes_the_range_check")] if nan else None)
+                       ("compute_advantages", "nan_passes_the_range_check") if nan else None)
 
 
 @pytest.mark.exercise("compute_advantages")

@@ -49,12 +49,13 @@ def diagnose(exercise: str, got, *args, **kwargs) -> list[str]:
     return matching_mistakes(PART, exercise, lambda fn: fn(*args, **kwargs), got, rtol=1e-5, atol=1e-5)
 
 
-def expect_value_error(impl, exercise: str, call: str, *args, labels: list[str] | None = None, **kwargs) -> None:
+def expect_value_error(impl, exercise: str, call: str, *args, named: str | None = None, **kwargs) -> None:
+    """``named``: a known mistake of ``exercise`` to name on failure (looked up only then: the registry's first load costs)."""
     try:
         getattr(impl, exercise)(*args, **kwargs)
     except ValueError:
         return
-    raise WrongAnswer(explain(call, "expected a ValueError", labels or []))
+    raise WrongAnswer(explain(call, "expected a ValueError", [mistake(exercise, named)] if named else []))
 
 
 def randn(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
@@ -179,7 +180,7 @@ def test_answer_reward_rejects_bad_arguments(impl, completions, answers, format_
     nan = format_reward != format_reward
     expect_value_error(impl, "answer_reward", describe_call("answer_reward", completions, answers, format_reward),
                        completions, answers, format_reward,
-                       labels=[mistake("answer_reward", "nan_format_reward_accepted")] if nan else None)
+                       named="nan_format_reward_accepted" if nan else None)
 
 
 # --- pass_at_k --------------------------------------------------------------------------
