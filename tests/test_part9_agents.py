@@ -571,7 +571,9 @@ def test_tool_reply_worked_examples(impl, ref, turn, expected):
 
 
 @pytest.mark.exercise("tool_reply")
-@pytest.mark.parametrize("turn", ["<calc>2**3</calc>", "<calc> 1+1</calc>", "<calc></calc>", "37*8</calc>"])
+@pytest.mark.parametrize("turn", ["<calc>2**3</calc>", "<calc> 1+1</calc>", "<calc></calc>", "37*8</calc>",
+                                  # and errors found past the character filter: the parser, the depth, a bound
+                                  "<calc>1+</calc>", "<calc>(((((1)))))</calc>", "<calc>1000000*1000001</calc>"])
 def test_tool_reply_errors_are_results_too(impl, turn):
     got = run_reply(impl, turn, 0, 2)
     if not (isinstance(got, str) and got.startswith("<result>error: ") and got.endswith("</result>")):
