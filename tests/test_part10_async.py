@@ -266,6 +266,26 @@ def test_importance_weights_of_one_token_rows_and_an_empty_batch(impl, ref, mode
 
 
 @pytest.mark.exercise("importance_weights")
+@pytest.mark.parametrize("mode", MODES)
+def test_importance_weights_of_a_batch_with_one_real_token(impl, ref, mode):
+    # One unit and one real token in the whole batch: every stat is that token's own (a count clamped at 2
+    # instead of 1 halves them). Its ratio e^{±ln 4} is above and below C = 2; the padding holds garbage.
+    for ell in (math.log(4.0), -math.log(4.0)):
+        learner = torch.tensor([[NAN, 0.5, -1.0], [0.25, -0.5, 2.0]], dtype=torch.float64)
+        sampler = torch.tensor([[-INF, 1.0, 3.0], [0.25 - ell, 7.0, NAN]], dtype=torch.float64)
+        mask = torch.tensor([[0, 0, 0], [1, 0, 0]], dtype=torch.bool)
+        weights, stats = check_iw(impl, ref, learner, sampler, mask, mode, 2.0, what=" (one real token in the batch)")
+        capped = ell > 0
+        w = (2.0 if mode.endswith("truncate") else 0.0) if capped else 0.25
+        want = {"is/capped_frac": float(capped), "is/weight_mean": w, "is/log_ratio_mean": ell}
+        got = {k: float(stats[k]) for k in STATS}
+        if any(not math.isclose(got[k], want[k], rel_tol=1e-9, abs_tol=1e-12) for k in STATS):
+            raise WrongAnswer(explain(describe_call("importance_weights", learner, sampler, mask, mode, 2.0),
+                                      f"one real token, ratio {math.exp(ell):g}: expected stats {want}, got {got}",
+                                      diagnose_iw((weights, documented(stats)), learner, sampler, mask, mode, 2.0)))
+
+
+@pytest.mark.exercise("importance_weights")
 def test_importance_weights_default_to_sequence_mask_with_cap_3(impl, ref):
     learner, sampler, mask = iw_inputs(7, scale=0.6)
     check_iw(impl, ref, learner, sampler, mask, what=" — the defaults mode='sequence_mask', cap=3.0")
