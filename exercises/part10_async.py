@@ -92,7 +92,10 @@ def importance_weights(
         sequence_mask:      w_t = r_b if r_b ≤ C else 0    (r_b = the product of the row's token ratios)
 
     A sequence ratio is given to every real token of its row. Weights are 0 outside the mask. A
-    ratio exactly C is kept (mask modes) and is C (truncate modes). The loss then multiplies each
+    ratio exactly C is kept (mask modes) and is C (truncate modes). Compare in probability space
+    (r > C) or in log space (ℓ > log C), as you like: both are correct, and they can disagree only
+    on a ratio within a rounding error of C (exp and log round), which no test judges — the ties
+    the tests try (C = 1, ℓ = 0) are exact in both. The loss then multiplies each
     token's policy-gradient term by its weight. Returns ``(weights, stats)``: weights in the dtype
     of ``learner_logprobs``, without an autograd graph (they are constants of the loss, even when
     the inputs require grad), finite always. ``stats`` (detached 0-dim tensors, same dtype):
@@ -103,7 +106,8 @@ def importance_weights(
 
     where a *unit* is a real token in the token modes (its ℓ_t) and a row with at least one real
     token in the sequence modes (its Σ_t ℓ_t). With no unit at all every stat is 0, not NaN.
-    ``ValueError`` for a mode not in :data:`MODES`, or ``cap <= 0``.
+    ``ValueError`` for a mode not in :data:`MODES`, or a cap that is not above 0: ``cap <= 0`` or
+    NaN (``nan <= 0`` is False: test ``not cap > 0``, or NaN on its own).
 
     Why a cap: an importance weight is unbiased but its variance grows with how far the two
     policies are apart; one token the sampler gave probability 0.001 and the learner 0.5 gets a

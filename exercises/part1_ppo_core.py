@@ -54,7 +54,8 @@ def compute_advantages(
       previous one.
     - The recursion multiplies by γ·λ, the TD error by γ alone — don't swap them.
     - ``gamma`` or ``gae_lambda`` outside [0, 1] is a ``ValueError``: a typo such as λ = 9.5
-      would otherwise blow the advantages up without a word.
+      would otherwise blow the advantages up without a word. NaN is outside too, though
+      ``nan < 0`` and ``nan > 1`` are both False.
     - No gradient may flow into the critic through the advantages: compute under
       ``torch.no_grad()`` (or detach). Return a tensor on the same device as the inputs.
     """

@@ -329,7 +329,8 @@ def compute_advantages(
       on the mask column), rather than recursing through the gap as steps of value 0.
     - Whiten over the mask only (``masked_whiten``), not over the padding.
     - γ·λ in the recursion, γ alone in δ.
-    - ``gamma`` or ``lam`` outside [0, 1] is a ``ValueError`` (0 and 1 themselves are fine).
+    - ``gamma`` or ``lam`` outside [0, 1] is a ``ValueError`` (0 and 1 themselves are fine; NaN is
+      outside, though ``nan < 0`` and ``nan > 1`` are both False).
     """
     raise NotImplementedError()
 

@@ -78,7 +78,7 @@ def answer_reward(completions: list[str], answers: list[str], format_reward: flo
     number; a little reward for the shape (TinyZero gives 0.1) keeps the format from
     drifting. Why small: it must never pay as much as being right — CS336 sets it to 0 so
     a policy cannot farm it. Both are allowed: ``0 <= format_reward < 1`` (else ValueError,
-    as for lists of different lengths).
+    NaN included, as for lists of different lengths).
 
     Traps:
     - This runs on whatever a policy writes: it must never raise, whatever the string.

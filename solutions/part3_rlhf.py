@@ -375,7 +375,8 @@ def compute_advantages(
       on the mask column), rather than recursing through the gap as steps of value 0.
     - Whiten over the mask only (``masked_whiten``), not over the padding.
     - γ·λ in the recursion, γ alone in δ.
-    - ``gamma`` or ``lam`` outside [0, 1] is a ``ValueError`` (0 and 1 themselves are fine).
+    - ``gamma`` or ``lam`` outside [0, 1] is a ``ValueError`` (0 and 1 themselves are fine; NaN is
+      outside, though ``nan < 0`` and ``nan > 1`` are both False).
     """
     if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
         raise ValueError(f"gamma and lam must lie in [0, 1], got gamma={gamma}, lam={lam}")

@@ -14,6 +14,7 @@ import os
 import signal
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -111,6 +112,8 @@ def test_each_algorithm_trains_on_the_calculator_and_logs_the_episodes(tiny, tmp
     samples = rows(out / "samples.jsonl")
     assert len(samples) == 16  # 8 per iteration
     for s in samples:
+        # written as a person reads it: a float32 0.1 as 0.1, not 0.10000000149011612
+        assert s["reward"] == float(str(np.float32(s["reward"]))), f"samples.jsonl shows reward {s['reward']!r}"
         turns = s["turns"]
         assert all(len(t) == 1 and set(t) <= {"model", "tool"} for t in turns)
         assert "".join(next(iter(t.values())) for t in turns) == s["completion"], "the turns are the episode, in order"

@@ -86,6 +86,15 @@ def test_aggregate_statuses():
     assert status == {"a": (PASSING, 2), "b": (FAILING, 0), "c": (NOT_STARTED, 0), "d": (FAILING, 0)}  # d never finished
 
 
+def test_aggregate_lists_the_parts_by_their_numbers():
+    # A string sort puts part10 before part1 and part9 (issue 36): the table follows the parts' numbers.
+    parts = ["part10_async", "part9_agents", "part1_ppo_core", "part2_cartpole"]
+    records = [{"kind": "collected", "nodeid": f"{p}::t", "part": p, "exercise": "e", "points": 1} for p in parts]
+    records += [{"kind": "result", "nodeid": f"{p}::t", "part": p, "exercise": "e", "outcome": "passed", "message": ""}
+                for p in parts]
+    assert [r.part for r in aggregate(records)] == ["part1_ppo_core", "part2_cartpole", "part9_agents", "part10_async"]
+
+
 def fresh_checkout(tmp_path: Path, part: str) -> Path:
     """A copy of the package and one part's tests in which every graded exercise is an unfilled stub.
 

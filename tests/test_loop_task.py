@@ -12,6 +12,7 @@ import copy
 import json
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -94,6 +95,7 @@ def test_a_task_with_answers_runs_through_the_loop(tiny, tmp_path, algo):
             assert all(len(set(g)) == 1 for g in groups)
     rows = [json.loads(line) for line in (tmp_path / algo / "samples.jsonl").read_text().splitlines()]
     assert rows and all(r["answer"] == r["prompt"][-1] for r in rows), "samples.jsonl keeps the answer checked"
+    assert all(r["score"] == float(str(np.float32(r["score"]))) for r in rows), "scores as a person reads them (float32's shortest)"
     metrics = [json.loads(line) for line in (tmp_path / algo / "metrics.jsonl").read_text().splitlines()]
     assert all("env/correct" in m for m in metrics), "the task's batch statistics are logged"
 
@@ -113,3 +115,15 @@ def test_the_review_task_has_no_answers_and_its_pairs_for_dpo():
     train_pairs, heldout = task.preference_pairs()
     assert train_pairs and heldout and all(len(pair) == 3 for pair in train_pairs)
     assert Args().seed == 0
+
+
+def test_samples_show_float32_scores_as_a_person_reads_them():
+    # samples.jsonl once showed "reward": 0.10000000149011612 (a float32 widened to float64).
+    from workbook.loop.run import readable_floats
+
+    scores = torch.tensor([0.1, -0.7, 1.0, 0.0, 1 / 3, 1e-8], dtype=torch.float32)
+    got = readable_floats(scores)
+    assert json.dumps(got) == "[0.1, -0.7, 1.0, 0.0, 0.33333334, 1e-08]"
+    assert torch.equal(torch.tensor(got, dtype=torch.float32), scores), "nothing rounded away: each reads back exactly"
+    assert readable_floats(torch.tensor([0.1], dtype=torch.bfloat16)) == [0.100097656]  # bfloat16 0.1 read as a float32
+    assert readable_floats(torch.tensor([0.1, 1 / 3], dtype=torch.float64)) == [0.1, 1 / 3], "float64 kept as it is"

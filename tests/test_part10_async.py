@@ -254,14 +254,35 @@ def test_importance_weights_of_one_token_rows_and_an_empty_batch(impl, ref, mode
     # One token per row: the sequence ratio is the token ratio. An all-empty batch: weights 0, every stat 0, not NaN.
     learner, sampler, mask = iw_inputs(5, lengths=[1, 1, 1, 1, 1], scale=1.0)
     check_iw(impl, ref, learner, sampler, mask, mode, 1.5, what=" (one token per row)")
-    for mask_dtype in (torch.bool, torch.float32):
-        learner, sampler, mask = iw_inputs(6, lengths=[0, 0, 0], mask_dtype=mask_dtype, padding="nonfinite")
+    # The empty batch in float64 too: a shortcut for it must keep the promises of the main path (the dtype).
+    for dtype, mask_dtype in ((torch.float32, torch.bool), (torch.float32, torch.float32), (torch.float64, torch.int64)):
+        learner, sampler, mask = iw_inputs(6, lengths=[0, 0, 0], dtype=dtype, mask_dtype=mask_dtype, padding="nonfinite")
         weights, stats = check_iw(impl, ref, learner, sampler, mask, mode, 3.0, what=" (no real token at all)")
         if bool(weights.any()) or any(float(stats[k]) != 0.0 for k in STATS):
             raise WrongAnswer(explain(describe_call("importance_weights", learner, sampler, mask, mode, 3.0),
                                       f"no real token: expected zero weights and every stat 0, got {weights.tolist()}, "
                                       f"{ {k: float(v) for k, v in stats.items()} }",
                                       diagnose_iw((weights, documented(stats)), learner, sampler, mask, mode, 3.0)))
+
+
+@pytest.mark.exercise("importance_weights")
+@pytest.mark.parametrize("mode", MODES)
+def test_importance_weights_of_a_batch_with_one_real_token(impl, ref, mode):
+    # One unit and one real token in the whole batch: every stat is that token's own (a count clamped at 2
+    # instead of 1 halves them). Its ratio e^{±ln 4} is above and below C = 2; the padding holds garbage.
+    for ell in (math.log(4.0), -math.log(4.0)):
+        learner = torch.tensor([[NAN, 0.5, -1.0], [0.25, -0.5, 2.0]], dtype=torch.float64)
+        sampler = torch.tensor([[-INF, 1.0, 3.0], [0.25 - ell, 7.0, NAN]], dtype=torch.float64)
+        mask = torch.tensor([[0, 0, 0], [1, 0, 0]], dtype=torch.bool)
+        weights, stats = check_iw(impl, ref, learner, sampler, mask, mode, 2.0, what=" (one real token in the batch)")
+        capped = ell > 0
+        w = (2.0 if mode.endswith("truncate") else 0.0) if capped else 0.25
+        want = {"is/capped_frac": float(capped), "is/weight_mean": w, "is/log_ratio_mean": ell}
+        got = {k: float(stats[k]) for k in STATS}
+        if any(not math.isclose(got[k], want[k], rel_tol=1e-9, abs_tol=1e-12) for k in STATS):
+            raise WrongAnswer(explain(describe_call("importance_weights", learner, sampler, mask, mode, 2.0),
+                                      f"one real token, ratio {math.exp(ell):g}: expected stats {want}, got {got}",
+                                      diagnose_iw((weights, documented(stats)), learner, sampler, mask, mode, 2.0)))
 
 
 @pytest.mark.exercise("importance_weights")
@@ -288,11 +309,15 @@ def test_importance_weights_and_stats_carry_no_graph(impl, mode):
 
 @pytest.mark.exercise("importance_weights")
 @pytest.mark.parametrize("mode,cap", [("sequence", 3.0), ("TOKEN_MASK", 3.0), ("", 3.0), ("token_mask", 0.0),
-                                      ("sequence_truncate", -1.0), ("sequence_mask", 0.0)])
+                                      ("sequence_truncate", -1.0), ("sequence_mask", 0.0),
+                                      ("token_truncate", NAN), ("sequence_mask", NAN)])
 def test_importance_weights_reject_an_unknown_mode_or_a_cap_not_above_0(impl, mode, cap):
+    # Each case breaks one rule only (a known mode with a bad cap, an unknown mode with a good cap), so a check
+    # that comes after another is reached. A NaN cap passes `cap <= 0` (every comparison with NaN is False).
     learner, sampler, mask = iw_inputs(9)
-    expect_value_error(impl, "importance_weights", "unknown mode or cap <= 0",
-                       [mistake("importance_weights", "bad_arguments_accepted")], learner, sampler, mask, mode, cap)
+    name = "cap_nan_accepted" if math.isnan(cap) else "bad_arguments_accepted"
+    expect_value_error(impl, "importance_weights", "unknown mode, or a cap <= 0 or NaN",
+                       [mistake("importance_weights", name)], learner, sampler, mask, mode, cap)
 
 
 # =====================================================================================

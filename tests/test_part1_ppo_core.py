@@ -382,20 +382,26 @@ def test_make_optimizer_settings(impl, ref, total_phases, initial_lr, end_lr):
 # --- arguments the docstrings refuse ------------------------------------------------------------
 # Each docstring names the values that are a ValueError; the boundary values just inside are fine.
 
-def expect_value_error(call: str, fn, *args) -> None:
+def expect_value_error(call: str, fn, *args, named: tuple[str, str] | None = None) -> None:
+    """``named``: (exercise, known mistake) to name on failure (looked up only then: the registry's first load costs)."""
     try:
         got = fn(*args)
     except ValueError:
         return
-    raise WrongAnswer(explain(call, f"expected a ValueError, got a result ({summarize(got)})"))
+    raise WrongAnswer(explain(call, f"expected a ValueError, got a result ({summarize(got)})",
+                              [mistake(*named)] if named else []))
 
 
 @pytest.mark.exercise("compute_advantages")
-@pytest.mark.parametrize("gamma,gae_lambda", [(-0.1, 0.95), (1.1, 0.95), (0.99, -0.1), (0.99, 1.1)])
+@pytest.mark.parametrize("gamma,gae_lambda", [(-0.1, 0.95), (1.1, 0.95), (0.99, -0.1), (0.99, 1.1),
+                                              (float("nan"), 0.95), (0.99, float("nan"))])
 def test_compute_advantages_refuses_gamma_or_lambda_outside_0_1(impl, gamma, gae_lambda):
+    # One of the two out of range at a time; NaN passes `x < 0 or x > 1` (every comparison with NaN is False).
     inputs = rollout(0) | {"gamma": gamma, "gae_lambda": gae_lambda}
+    nan = math.isnan(gamma) or math.isnan(gae_lambda)
     expect_value_error(f"compute_advantages(..., gamma={gamma}, gae_lambda={gae_lambda})",
-                       lambda: impl.compute_advantages(**inputs))
+                       lambda: impl.compute_advantages(**inputs),
+                       named=("compute_advantages", "nan_passes_the_range_check") if nan else None)
 
 
 @pytest.mark.exercise("compute_advantages")

@@ -2,7 +2,7 @@
 
 Run: ``pytest tests/test_part3_rlhf.py`` (your code) or add ``--impl=solutions``.
 Every value is compared with the reference solution on seeded inputs; a wrong answer names
-the known mistake it looks like (workbook/mistakes/part3_rlhf.py). The models are tiny GPTs
+the known mistake it looks like (workbook/mistakes/part3_rlhf/). The models are tiny GPTs
 with fixed random weights (no pretraining), so the whole file runs in seconds.
 Tolerances: float32 results within rtol=1e-5, atol=1e-5 unless a test says otherwise.
 """
@@ -77,8 +77,10 @@ def tiny_lm(seed: int = 0, dropout: float = 0.0) -> GPT:
     return lm.eval()
 
 
-def expect_value_error(call: str, fn) -> None:
-    """``fn()`` must raise ValueError; a result or another exception is the learner's to fix."""
+def expect_value_error(call: str, fn, named: tuple[str, str] | None = None) -> None:
+    """``fn()`` must raise ValueError; a result or another exception is the learner's to fix.
+
+    ``named``: (exercise, known mistake) to name on failure (looked up only then: the registry's first load costs)."""
     try:
         fn()
     except NotImplementedError:
@@ -86,8 +88,9 @@ def expect_value_error(call: str, fn) -> None:
     except ValueError:
         return
     except Exception as e:  # noqa: BLE001 - any other exception is the wrong answer under test
-        raise WrongAnswer(explain(call, f"expected a ValueError, got {type(e).__name__}: {e}")) from None
-    raise WrongAnswer(explain(call, "expected a ValueError, got a result"))
+        raise WrongAnswer(explain(call, f"expected a ValueError, got {type(e).__name__}: {e}",
+                                  [mistake(*named)] if named else [])) from None
+    raise WrongAnswer(explain(call, "expected a ValueError, got a result", [mistake(*named)] if named else []))
 
 
 def token_rows(seed: int, n: int, low: int, high: int) -> list[torch.Tensor]:
@@ -437,10 +440,14 @@ def test_compute_advantages_when_every_token_has_the_same_advantage(impl, ref, s
 
 
 @pytest.mark.exercise("compute_advantages")
-@pytest.mark.parametrize("gamma,lam", [(-0.1, 0.95), (1.1, 0.95), (1.0, -0.1), (1.0, 1.1)])
+@pytest.mark.parametrize("gamma,lam", [(-0.1, 0.95), (1.1, 0.95), (1.0, -0.1), (1.0, 1.1),
+                                       (float("nan"), 0.95), (1.0, float("nan"))])
 def test_compute_advantages_refuses_gamma_or_lam_outside_0_1(impl, gamma, lam):
+    # One of the two out of range at a time; NaN passes `x < 0 or x > 1` (every comparison with NaN is False).
+    nan = math.isnan(gamma) or math.isnan(lam)
     expect_value_error(f"compute_advantages(values, rewards, mask, gamma={gamma}, lam={lam})",
-                       lambda: impl.compute_advantages(*advantage_inputs(0), gamma, lam))
+                       lambda: impl.compute_advantages(*advantage_inputs(0), gamma, lam),
+                       ("compute_advantages", "nan_passes_the_range_check") if nan else None)
 
 
 @pytest.mark.exercise("compute_advantages")

@@ -5,7 +5,7 @@ Values are compared with the reference solution on seeded inputs across every se
 docstrings offer (both clip bounds, both normalisations, each format reward, each mask
 dtype), and on the edges they promise: masked-out rows, junk strings, n in the hundreds,
 clips that bind. A wrong answer names the known mistake it looks like
-(workbook/mistakes/part7_reasoning.py). Padding holds garbage on purpose.
+(workbook/mistakes/part7_reasoning/). Padding holds garbage on purpose.
 """
 
 from __future__ import annotations
@@ -49,12 +49,13 @@ def diagnose(exercise: str, got, *args, **kwargs) -> list[str]:
     return matching_mistakes(PART, exercise, lambda fn: fn(*args, **kwargs), got, rtol=1e-5, atol=1e-5)
 
 
-def expect_value_error(impl, exercise: str, call: str, *args, **kwargs) -> None:
+def expect_value_error(impl, exercise: str, call: str, *args, named: str | None = None, **kwargs) -> None:
+    """``named``: a known mistake of ``exercise`` to name on failure (looked up only then: the registry's first load costs)."""
     try:
         getattr(impl, exercise)(*args, **kwargs)
     except ValueError:
         return
-    raise WrongAnswer(explain(call, "expected a ValueError"))
+    raise WrongAnswer(explain(call, "expected a ValueError", [mistake(exercise, named)] if named else []))
 
 
 def randn(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
@@ -172,10 +173,14 @@ def test_answer_reward_never_raises_and_agrees_with_the_reference(impl, ref, tex
 
 @pytest.mark.exercise("answer_reward")
 @pytest.mark.parametrize("completions,answers,format_reward", [
-    (["<answer>1</answer>"], ["1", "2"], 0.1), (["<answer>1</answer>"], ["1"], 1.0), (["<answer>1</answer>"], ["1"], -0.1)])
+    (["<answer>1</answer>"], ["1", "2"], 0.1), (["<answer>1</answer>"], ["1"], 1.0), (["<answer>1</answer>"], ["1"], -0.1),
+    (["<answer>1</answer>", "<answer>2</answer>"], ["1", "3"], float("nan"))])
 def test_answer_reward_rejects_bad_arguments(impl, completions, answers, format_reward):
+    # One rule broken at a time; NaN passes `x < 0 or x >= 1` (every comparison with NaN is False).
+    nan = format_reward != format_reward
     expect_value_error(impl, "answer_reward", describe_call("answer_reward", completions, answers, format_reward),
-                       completions, answers, format_reward)
+                       completions, answers, format_reward,
+                       named="nan_format_reward_accepted" if nan else None)
 
 
 # --- pass_at_k --------------------------------------------------------------------------

@@ -296,6 +296,51 @@ def test_calculate_error_does_not_echo_the_expression(impl, expression):
                                   diagnose("calculate", got, expression)))
 
 
+# Every check after the character filter, on an expression of the calculator's own characters that reaches it:
+# the echo test above uses tags, which the character filter refuses first, so an echo from a later check
+# (the parser, a bound) would pass it. 7352 and 73529184637 are numbers no reason would hold by chance.
+ECHO_PAST_THE_CHARACTER_FILTER = {
+    "too long (the calculator's characters only)": "1+" * 15 + "7352+1",
+    "an operator where a number belongs": "7352+*1",
+    "an unclosed parenthesis": "(7352+1",
+    "a parenthesis closed twice": "7352+1)",
+    "an implicit product": "7352(1)",
+    "too deep": "(((((7352)))))",
+    "a number too long": "73529184637",
+    "a number too long after an operator": "1+73529184637",
+    "a value too big": "7352918*7352918",
+    "a value too big along the way": "7352918*7352918-7352918",
+}
+ECHO_PIECE = 6
+"""The shortest piece of the expression that counts as an echo: a reason may quote an operator or a bracket."""
+
+
+def echoed_piece(expression: str, reason: str) -> str | None:
+    """The longest piece (of ECHO_PIECE characters or more) of ``expression`` found in ``reason``, or None."""
+    for n in range(len(expression), ECHO_PIECE - 1, -1):
+        for i in range(len(expression) - n + 1):
+            if expression[i:i + n] in reason:
+                return expression[i:i + n]
+    return None
+
+
+@pytest.mark.exercise("calculate")
+@pytest.mark.parametrize("name", list(ECHO_PAST_THE_CHARACTER_FILTER))
+def test_calculate_error_does_not_echo_the_expression_whichever_check_finds_the_fault(impl, ref, name):
+    expression = ECHO_PAST_THE_CHARACTER_FILTER[name]
+    ref_out = ref.calculate(expression)
+    assert is_error(ref_out) and echoed_piece(expression, ref_out) is None, (expression, ref_out)
+    assert all(ch in "0123456789+-*()" for ch in expression), "each case must pass the character filter"
+    got = calculate_fast(impl, expression)
+    piece = echoed_piece(expression, got[len("error: "):]) if is_error(got) else None
+    if not is_error(got) or piece is not None:
+        why = (f"expected an error ({name})" if not is_error(got) else
+               f"the reason echoes {piece!r} of the expression ({name}): an error is in the tool's own words, "
+               "from every check, not only the character filter")
+        raise WrongAnswer(explain(f"calculate({short(expression)})", f"{why}; got {got!r:.100}",
+                                  diagnose("calculate", got, expression)))
+
+
 # --- calculate: every bound at its limit and one past it ---------------------------------
 
 ROOT_OF_MAX = 10**6
@@ -526,7 +571,9 @@ def test_tool_reply_worked_examples(impl, ref, turn, expected):
 
 
 @pytest.mark.exercise("tool_reply")
-@pytest.mark.parametrize("turn", ["<calc>2**3</calc>", "<calc> 1+1</calc>", "<calc></calc>", "37*8</calc>"])
+@pytest.mark.parametrize("turn", ["<calc>2**3</calc>", "<calc> 1+1</calc>", "<calc></calc>", "37*8</calc>",
+                                  # and errors found past the character filter: the parser, the depth, a bound
+                                  "<calc>1+</calc>", "<calc>(((((1)))))</calc>", "<calc>1000000*1000001</calc>"])
 def test_tool_reply_errors_are_results_too(impl, turn):
     got = run_reply(impl, turn, 0, 2)
     if not (isinstance(got, str) and got.startswith("<result>error: ") and got.endswith("</result>")):

@@ -83,7 +83,7 @@ def aggregate(records: list[dict]) -> list[Row]:
             detail = diagnosis(first_bad.get("message", "")) or first_bad["outcome"]
         points = entry["points"] if status == PASSING else 0
         rows.append(Row(part, exercise, status, points, entry["points"], len(outcomes), passed, detail))
-    rows.sort(key=lambda r: (r.part, list(collected).index((r.part, r.exercise))))
+    rows.sort(key=lambda r: (part_order(r.part), list(collected).index((r.part, r.exercise))))  # part9 before part10
     for r in rows:
         if r.status != PASSING:
             r.command = pytest_command(r, [x.exercise for x in rows if x.part == r.part])

@@ -13,6 +13,10 @@ here closes one of them for every test that uses it:
   them), never by the order the constructor happened to register them;
 - :func:`documented_keys` — stats dicts hold the documented keys and may hold more.
 
+The full list of the kinds of miss (seven so far, among them "a promise checked only on inputs an
+earlier check rejects", which no helper closes: each stage gets its own single-fault cases) is
+in docs/test-promises.md.
+
 A helper that cannot do its job because of what the learner's code did raises
 :class:`~workbook.checking.WrongAnswer` saying what that code did, never a raw exception.
 """

@@ -24,7 +24,7 @@ MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 def iw_log_space(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask", cap=3.0):
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode}")
-    if cap <= 0:
+    if math.isnan(cap) or cap <= 0:
         raise ValueError("cap must be positive")
     pad = ~mask.bool()
     with torch.no_grad():

@@ -24,7 +24,7 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", flags=re.S)
 def reward_regex(completions, answers, format_reward=0.1):
     if len(completions) != len(answers):
         raise ValueError("lengths differ")
-    if format_reward < 0 or format_reward >= 1:
+    if math.isnan(format_reward) or format_reward < 0 or format_reward >= 1:
         raise ValueError("format_reward must be in [0, 1)")
     out = torch.zeros(len(completions))
     for i, (text, answer) in enumerate(zip(completions, answers)):

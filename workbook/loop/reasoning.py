@@ -63,7 +63,7 @@ from workbook.loop.backend import TinyGPT, make_backend, save_policy
 from workbook.loop.calls import check_learner_code
 from workbook.loop.curves import save_seed_curves
 from workbook.loop.options import LoopArgs
-from workbook.loop.run import Run, curve_panels, prepare_runs, print_written, train, train_runs
+from workbook.loop.run import Run, curve_panels, prepare_runs, print_written, readable_floats, train, train_runs
 from workbook.loop.task import Prompt
 from workbook.loop.verifiable import INSTRUCTION, CalculatorTask, ReasoningTask, extract_answer  # noqa: F401 (the tasks of this command)
 from workbook.rlhf.data import Rollout
@@ -390,7 +390,7 @@ class ReasonRun(Run):
         """Each logged sample with its check: the expected answer, the one given, right or not, the reward."""
         columns = ["iteration", "prompt", "completion", "answer", "given", "correct", "reward", "finished"]
         rows = [[it + 1, p.text, c, p.answer, extract_answer(c), s == 1.0, s, f]
-                for p, c, s, f in zip(prompts[:8], batch.completions[:8], scores[:8].tolist(), batch.finished[:8])]
+                for p, c, s, f in zip(prompts[:8], batch.completions[:8], readable_floats(scores[:8]), batch.finished[:8])]
         episodes = getattr(batch, "episodes", None)
         if episodes is not None:  # Part 9: the episode turn by turn, who wrote what
             columns.append("turns")

@@ -295,7 +295,7 @@ class Run:
     def log_samples(self, it: int, prompts, batch, scores) -> None:
         columns = ["iteration", "prompt", "response", "score"] + (["answer"] if prompts[0].answer is not None else [])
         rows = [[it + 1, p.text, c, s] + ([p.answer] if p.answer is not None else [])
-                for p, c, s in zip(prompts[:8], batch.completions[:8], scores[:8].tolist())]
+                for p, c, s in zip(prompts[:8], batch.completions[:8], readable_floats(scores[:8]))]
         for row in rows:
             if self.samples_file is not None:
                 self.samples_file.write(dict(zip(columns, row)))
@@ -532,6 +532,16 @@ def serve_as_sampler(args: LoopArgs, run_class: type[Run], *, model=None, tok=No
     torch.manual_seed(args.seed)
     serve_sampler(args, model, tok, task, chunk=run_class.rollout_chunk)
     return {"run_dir": None, "status": "finished", "iterations": 0}
+
+
+def readable_floats(values: torch.Tensor) -> list[float]:
+    """The values as a person reads them: a float32 0.1 is 0.1, not its float64 widening 0.10000000149011612.
+
+    Each float32 (or half) value becomes the shortest decimal that reads back as the same float32
+    (numpy's ``str``), so nothing is rounded away; float64 values are kept as they are."""
+    if values.dtype == torch.float64:
+        return values.tolist()
+    return [float(str(v)) for v in values.detach().float().cpu().numpy().ravel()]
 
 
 def prepare_runs(args: LoopArgs, seeds: list[int], argv: list[str], *, command: str, args_class: type, check,

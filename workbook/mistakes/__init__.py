@@ -7,7 +7,9 @@ each of them swapped into the reference solutions (``pytest --impl=mistakes``) a
 that every one is caught *and* named — the proof that the tests can fail.
 
 Each part has a module here named like the part (``part1_ppo_core.py``) that registers
-its mistakes with :func:`mistake`; adding a module is all a new part needs. The mirror
+its mistakes with :func:`mistake`; adding a module is all a new part needs. A part whose
+mistakes outgrow one readable file is a package of that name instead, one module per group of
+exercises (``part3_rlhf/``, ``part7_reasoning/``), whose ``__init__`` imports them all. The mirror
 image, correct versions the tests must accept, lives in ``workbook/alternatives/``.
 """
 

@@ -180,6 +180,26 @@ def iw_no_checks(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask",
     return _weights(learner_logprobs, sampler_logprobs, mask, mode, cap if cap > 0 else 3.0)
 
 
+@part10("importance_weights", "cap_nan_accepted",
+        "a NaN cap was accepted: `cap <= 0` is False for NaN, so nothing was ever capped (test `not cap > 0`)")
+def iw_nan_cap(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask", cap=3.0):
+    if mode not in _p10.MODES:
+        raise ValueError(mode)
+    if cap <= 0:
+        raise ValueError(cap)
+    # ratio > NaN is False everywhere: the same weights as an infinite cap.
+    return _weights(learner_logprobs, sampler_logprobs, mask, mode, cap if cap == cap else float("inf"))
+
+
+@part10("importance_weights", "empty_batch_shortcut_in_float32",
+        "a batch without real tokens was answered by a shortcut whose stats are float32 whatever the inputs' dtype")
+def iw_empty_shortcut(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask", cap=3.0):
+    if mode in _p10.MODES and cap > 0 and not bool((mask != 0).any()):
+        return torch.zeros_like(learner_logprobs), {k: torch.tensor(0.0) for k in ("is/capped_frac", "is/weight_mean",
+                                                                                    "is/log_ratio_mean")}
+    return _p10.importance_weights(learner_logprobs, sampler_logprobs, mask, mode, cap)
+
+
 # --- off_policy_sequence_mask -----------------------------------------------------------------
 
 def _keep(learner, sampler, advantages, mask, delta, *, negative=lambda a: a < 0, reduce="mean", above=lambda d, t: d > t,

@@ -62,6 +62,14 @@ def gae_ignores_termination(next_value, next_terminated, rewards, values, termin
     return _gae(next_value, next_terminated, rewards, values, terminated, gamma, gae_lambda, mask_delta=False, mask_trace=False)
 
 
+@part1("compute_advantages", "nan_passes_the_range_check",
+       "gamma or gae_lambda was checked with `x < 0 or x > 1`, which lets NaN through (every comparison with NaN is False)")
+def gae_nan_accepted(next_value, next_terminated, rewards, values, terminated, gamma, gae_lambda):
+    if gamma < 0 or gamma > 1 or gae_lambda < 0 or gae_lambda > 1:
+        raise ValueError("gamma and gae_lambda must lie in [0, 1]")
+    return _gae(next_value, next_terminated, rewards, values, terminated, gamma, gae_lambda)
+
+
 @part1("compute_advantages", "gradient_leaks_into_advantages",
        "the advantages were computed with autograd on, so gradients flow into the critic through them")
 def gae_with_grad(next_value, next_terminated, rewards, values, terminated, gamma, gae_lambda):

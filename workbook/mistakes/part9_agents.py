@@ -275,6 +275,25 @@ def calc_echo(expression):
     return f"error: cannot evaluate {expression!r}" if out.startswith("error: ") else out
 
 
+_FIRST_CHECKS = ("error: too long", "error: empty", "error: bad character")
+
+
+@part9("calculate", "parser_error_echoes_the_expression",
+       "the parser's errors quoted the expression back (only the first checks' errors were in the tool's own words)")
+def calc_parser_echo(expression):
+    out = _p9.calculate(expression)
+    return f"error: cannot parse {expression}" if out.startswith("error: ") and out not in _FIRST_CHECKS else out
+
+
+@part9("calculate", "long_number_quoted", "the error for a number of too many digits quoted the number back")
+def calc_number_echo(expression):
+    out = _p9.calculate(expression)
+    if out == "error: number too long":
+        number = re.search(r"[0-9]{%d,}" % (_p9.MAX_DIGITS + 1), expression).group()
+        return f"error: {number} has more than {_p9.MAX_DIGITS} digits"
+    return out
+
+
 # --- tool_reply ---------------------------------------------------------------------------
 
 def _reply(turn):
