@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from workbook.lm.pretrain import TINY_ARGS, pretrain
-from workbook.loop.task import Prompt, ReviewTask
+from workbook.loop.task import Prompt, ReviewTask, held_out_panel, own_rollout
 from workbook.loop.rlhf import Args, algo_args, train
 from workbook.rlhf.data import rollout
 from workbook.runs import ConfigError
@@ -113,3 +113,16 @@ def test_the_review_task_has_no_answers_and_its_pairs_for_dpo():
     train_pairs, heldout = task.preference_pairs()
     assert train_pairs and heldout and all(len(pair) == 3 for pair in train_pairs)
     assert Args().seed == 0
+
+
+def test_the_optional_members_are_taken_only_from_the_tasks_that_fill_them():
+    from workbook.loop.verifiable import CalculatorTask, ReasoningTask
+
+    review, say = ReviewTask(), SayTask()
+    addition, calculator = ReasoningTask("solutions", "addition"), CalculatorTask("solutions")
+    assert own_rollout(calculator) == calculator.rollout, "the calculator writes its own multi-turn episodes"
+    assert own_rollout(addition) is own_rollout(review) is own_rollout(say) is None, "the others: the loop's one turn"
+    assert held_out_panel(addition) == held_out_panel(calculator) == ("env/accuracy", "pass@1")
+    assert held_out_panel(review) is held_out_panel(say) is None
+    assert not isinstance(calculator, ReasoningTask), "the calculator is no arithmetic task with a placeholder name"
+    assert (addition.name, calculator.name) == ("addition", "calculator")

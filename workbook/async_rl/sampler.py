@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from workbook.rlhf.data import Rollout, load_part3, rollout
+from workbook.rlhf.data import Rollout, load_part3, own_rollout, rollout
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -104,7 +104,7 @@ class Sampler:
         """Batch ``index`` of ``prompts`` (the loop's ``Prompt`` objects: ``.text``, ``.answer``), sampled and scored."""
         t0 = time.perf_counter()
         texts = [p.text for p in prompts]
-        own = getattr(self.task, "rollout", None)  # a task may bring its own (Part 9: multi-turn, with a tool)
+        own = own_rollout(self.task)  # a task may bring its own (Part 9: multi-turn, with a tool)
         if own is None:  # the sampler's own log-probs of what it sampled, kept while sampling, as an engine returns them
             batch = rollout(self.lm, self.tok, texts, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                             generator=self.generator, chunk=self.chunk, sampler_logprobs=True)

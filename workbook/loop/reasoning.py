@@ -60,7 +60,7 @@ from workbook.loop.curves import save_seed_curves
 from workbook.loop.options import LoopArgs
 from workbook.loop.run import Run, curve_panels, prepare_runs, print_written, train, train_runs
 from workbook.loop.task import Prompt
-from workbook.loop.verifiable import INSTRUCTION, CalculatorTask, ReasoningTask, extract_answer  # noqa: F401 (the tasks of this command)
+from workbook.loop.verifiable import INSTRUCTION, CalculatorTask, ReasoningTask, VerifiableTask, extract_answer  # noqa: F401 (the tasks of this command)
 from workbook.rlhf.data import Rollout
 from workbook.runs import ConfigError, command, new_run_dir
 
@@ -238,7 +238,7 @@ class Reasoner(TinyGPT):
     save = staticmethod(save_policy)
 
 
-def make_task(args: ReasonArgs) -> ReasoningTask:
+def make_task(args: ReasonArgs) -> VerifiableTask:
     group = 1 if args.algo == "ppo" else args.group_size
     if args.task == "calculator":
         return CalculatorTask(args.impl, group_size=group, format_reward=args.format_reward, eval_k=args.eval_k,
@@ -364,7 +364,7 @@ class ReasonRun(Run):
     def run_name(self, args: ReasonArgs) -> str:
         return run_name(args)
 
-    def default_task(self, args: ReasonArgs, tok) -> ReasoningTask:
+    def default_task(self, args: ReasonArgs, tok) -> VerifiableTask:
         return make_task(args)
 
     def title(self) -> str:

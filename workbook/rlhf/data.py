@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Callable, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -73,6 +74,25 @@ def rollout(lm: GPT, tok: CharTokenizer, prompts: list[str], *, max_new_tokens: 
     if sampler_logprobs:
         batch.sampler_logprobs = nn.utils.rnn.pad_sequence(logprobs, batch_first=True)
     return batch
+
+
+@runtime_checkable
+class OwnRollout(Protocol):
+    """A task that writes its own responses instead of :func:`rollout`'s one turn (Part 9: multi-turn, with a tool).
+
+    The LM loop (``workbook/loop/task.py``) and Part 10's samplers call it through
+    :func:`own_rollout`. ``texts``: the prompts' texts, in the batch's order. It returns a
+    :class:`Rollout` as :func:`rollout` makes one, with ``masks`` where some response tokens are
+    not the model's, and draws only from ``generator``.
+    """
+
+    def rollout(self, lm: nn.Module, tok, texts: list[str], *, max_new_tokens: int, temperature: float,
+                generator: torch.Generator, chunk: int) -> Rollout: ...
+
+
+def own_rollout(task) -> Callable[..., Rollout] | None:
+    """``task``'s own rollout (an :class:`OwnRollout`), or None when it takes :func:`rollout`'s one turn."""
+    return task.rollout if isinstance(task, OwnRollout) else None
 
 
 def prompt_batch(batch_size: int, seed: int, iteration: int) -> list[str]:
