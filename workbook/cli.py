@@ -24,7 +24,7 @@ import types
 import typing
 from typing import Any, Callable, Literal, Sequence, TypeVar
 
-from workbook.runs import ConfigError
+from workbook.runs import IMPLS, ConfigError
 
 T = TypeVar("T")
 
@@ -92,6 +92,13 @@ def add_seeds_option(parser: argparse.ArgumentParser, default: list[int], what: 
     """``--seeds S [S ...]``: a list of seed values, each checked by :func:`seed_value`."""
     parser.add_argument("--seeds", type=seed_value, nargs="+", default=list(default), metavar="S",
                         help=f"{what} (default: {' '.join(map(str, default))})")
+
+
+def add_impl_option(parser: argparse.ArgumentParser, default: str | None,
+                    help: str = "whose code runs: exercises (yours) or solutions (the reference)") -> None:
+    """``--impl exercises|solutions`` (:data:`~workbook.runs.IMPLS`); ``help`` gets the default appended unless it is None."""
+    parser.add_argument("--impl", choices=IMPLS, default=default,
+                        help=help if default is None else f"{help} (default: {default})")
 
 
 def require_unique_seeds(seeds: list[int]) -> None:

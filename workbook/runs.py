@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 WANDB_MODES = ("offline", "online", "disabled")
+IMPLS = ("exercises", "solutions")
+"""Whose code runs (``--impl``): the learner's, or the reference."""
 DEFAULT_WANDB_INIT_TIMEOUT_S = 15.0
 
 
