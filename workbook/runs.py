@@ -20,12 +20,14 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import shutil
 import sys
 import tempfile
 import traceback
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 WANDB_MODES = ("offline", "online", "disabled")
@@ -62,6 +64,13 @@ def command(main: Callable[[list[str] | None], int | None]) -> Callable[[list[st
             return 2
 
     return wrapper
+
+
+def load_part(impl: str, part: str) -> ModuleType:
+    """``exercises.<part>`` or ``solutions.<part>`` (``part`` as ``"part3_rlhf"``); ValueError for another ``impl``."""
+    if impl not in IMPLS:
+        raise ValueError(f"--impl must be 'exercises' or 'solutions', got {impl!r}")
+    return importlib.import_module(f"{impl}.{part}")
 
 
 # --- run folders -------------------------------------------------------------------------

@@ -23,7 +23,6 @@ sampler's log-probs and corrects the update with your ``importance_weights`` (``
 from __future__ import annotations
 
 import copy
-import importlib
 import time
 from dataclasses import dataclass
 from types import ModuleType
@@ -33,15 +32,14 @@ from torch import Tensor, nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from workbook.rlhf.data import Rollout, load_part3, own_rollout, rollout
+from workbook.runs import load_part
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def load_part10(impl: str) -> ModuleType:
     """``exercises.part10_async`` or ``solutions.part10_async``."""
-    if impl not in ("exercises", "solutions"):
-        raise ValueError(f"--impl must be 'exercises' or 'solutions', got {impl!r}")
-    return importlib.import_module(f"{impl}.part10_async")
+    return load_part(impl, "part10_async")
 
 
 def flat_weights(lm: nn.Module) -> Tensor:

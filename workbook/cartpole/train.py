@@ -63,7 +63,7 @@ from workbook.checkpoints import (CHECKPOINT, INTERRUPTED, LAYOUT, NON_FINITE, A
                                   restore_env_trainer, save, stop_at_once, write_json)
 from workbook.cli import make_parser, require
 from workbook.progress import Progress
-from workbook.runs import (ConfigError, check_can_create, check_new_run_dir, command, discard_new_run, new_run_dir,
+from workbook.runs import (IMPLS, ConfigError, check_can_create, check_new_run_dir, command, discard_new_run, new_run_dir,
                            start_wandb, stub_error, wandb_sync_line)
 from workbook.typecheck import set_shape_checks
 
@@ -375,7 +375,7 @@ def run_command(argv: list[str] | None, task: Task) -> int:
     known = probe.parse_known_args(argv)[0]
     saved = load_run(known.resume, "--resume", (task.name,)) if known.resume is not None else None
     impl = known.impl or (saved["impl"] if saved else "exercises")
-    if impl not in ("exercises", "solutions"):
+    if impl not in IMPLS:
         raise ConfigError("--impl", f"invalid choice {impl!r} (choose from exercises, solutions)")
     module = importlib.import_module(f"{(saved or {}).get('impl', impl)}.{task.part}")
     args_cls = getattr(module, task.args_class)

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from workbook.loop import rlvr
 from workbook.loop.task import Prompt
 from workbook.rlhf.data import Rollout
-from workbook.runs import ConfigError
+from workbook.runs import ConfigError, load_part
 
 INSTRUCTION = "\nSolve it step by step, briefly, then give only the final number as <answer>N</answer>.\n"
 
@@ -125,11 +125,7 @@ class ReasoningTask(VerifiableTask):
 
 def load_part9(impl: str):
     """``exercises.part9_agents`` or ``solutions.part9_agents``."""
-    import importlib
-
-    if impl not in ("exercises", "solutions"):
-        raise ValueError(f"--impl must be 'exercises' or 'solutions', got {impl!r}")
-    return importlib.import_module(f"{impl}.part9_agents")
+    return load_part(impl, "part9_agents")
 
 
 class CalculatorTask(VerifiableTask):

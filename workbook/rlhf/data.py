@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable, Protocol, runtime_checkable
@@ -13,13 +12,12 @@ from torch import Tensor, nn
 from workbook.lm.corpus import review_prompts
 from workbook.lm.model import GPT
 from workbook.lm.tokenizer import CharTokenizer, pad_batch
+from workbook.runs import load_part
 
 
 def load_part3(impl: str) -> ModuleType:
     """``exercises.part3_rlhf`` or ``solutions.part3_rlhf``."""
-    if impl not in ("exercises", "solutions"):
-        raise ValueError(f"--impl must be 'exercises' or 'solutions', got {impl!r}")
-    return importlib.import_module(f"{impl}.part3_rlhf")
+    return load_part(impl, "part3_rlhf")
 
 
 def encode_queries(prompts: list[str], tok: CharTokenizer) -> list[Tensor]:
