@@ -39,7 +39,12 @@ class StrictParser(argparse.ArgumentParser):
             raise ConfigError(field, what)
         found = re.match(r"unrecognized arguments: (\S+)", message)
         if found:
-            raise ConfigError(found.group(1).split("=")[0], f"unknown option ({self.prog} --help lists the options)")
+            option = found.group(1).split("=")[0]
+            if option in SYNONYMS:  # a spelling another tool uses: name ours
+                right = SYNONYMS[option]
+                usage = VOCABULARY.get(right, "").partition(":")
+                raise ConfigError(option, f"unknown option; use {right}" + (f" {usage[0]}" if usage[1] else ""))
+            raise ConfigError(option, f"unknown option ({self.prog} --help lists the options)")
         found = re.match(r"the following arguments are required: (.*)", message)
         if found:
             raise ConfigError(found.group(1), "required")
