@@ -45,18 +45,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from workbook import distributed
-from workbook.async_rl.sampler import sampling_defaults, validate_sampling
+from workbook.async_rl.sampler import sampling_defaults
 from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require,
-                          require_at_least, require_choices, require_divides, require_in, require_positive)
+                          require_at_least, require_divides, require_in, require_positive)
 from workbook.loop import rlvr
 from workbook.loop import seeds as loop_seeds
 from workbook.loop.algorithms import ALGORITHMS, given_options
 from workbook.loop.backend import TinyGPT, make_backend, save_policy
-from workbook.loop.options import LoopArgs
+from workbook.loop.options import LoopArgs, check_loop_args
 from workbook.loop.run import Run, prepare_runs, print_written, train, train_runs
 from workbook.loop.task import Prompt
 from workbook.loop.verifiable import INSTRUCTION, CalculatorTask, ReasoningTask, VerifiableTask, extract_answer  # noqa: F401 (the tasks of this command)
@@ -297,27 +296,16 @@ def parse_command(argv: list[str] | None) -> tuple[ReasonArgs, list[int]]:
 
 def validate(args: ReasonArgs) -> None:
     """Raise ConfigError for the first bad setting (before anything is loaded or written)."""
-    require_choices(args)
-    for name in ("iterations", "batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "eval_samples", "eval_k",
-                 "sample_every", "threads"):
-        require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 1)
-    validate_sampling(args)
-    for name in ("learning_rate", "temperature", "cliprange", "eps_high", "cliprange_value", "kl_target", "kl_horizon"):
-        require_positive(f"--{name.replace('_', '-')}", getattr(args, name))
-    for name in ("kl_coef", "ent_coef", "vf_coef", "time_budget_s", "seed"):
-        require_at_least(f"--{name.replace('_', '-') if name != 'seed' else 'seeds'}", getattr(args, name), 0)
+    check_loop_args(args)
+    require_at_least("--eval-k", args.eval_k, 1)
+    require_positive("--eps-high", args.eps_high)
     require(args.cliprange <= 1, "--cliprange", f"ε_low must be ≤ 1 (the ratio's floor 1 − ε_low ≥ 0), got {args.cliprange!r}")
     require(0 <= args.format_reward < 1, "--format-reward",
             f"must be in [0, 1) (a wrong answer never pays as much as a right one), got {args.format_reward!r}")
     require_in("--overlong-cache", args.overlong_cache, 0, args.max_new_tokens)
-    require_in("--gamma", args.gamma, 0, 1, open_low=True)
-    require_in("--lam", args.lam, 0, 1)
-    require_divides("--mini-batch-size", args.mini_batch_size, "--batch-size", args.batch_size)
     if args.algo != "ppo":  # whole groups of at least two samples (a baseline needs another sample)
         require_at_least("--group-size", args.group_size, 2)
         require_divides("--group-size", args.group_size, "--batch-size", args.batch_size)
-    require(args.device == "cpu" or (args.device.split(":")[0] == "cuda" and torch.cuda.is_available()), "--device",
-            f"{args.device!r}: expected cpu, or cuda (cuda:N) on a machine with a CUDA GPU")
     require_at_least("--max-calls", args.max_calls, 0)
     if args.task != "calculator":  # the tool's options mean nothing to a task without a tool
         for flag, default in (("--no-tool", args.tool), ("--no-mask-tool-tokens", args.mask_tool_tokens)):

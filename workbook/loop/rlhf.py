@@ -28,16 +28,14 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from workbook import distributed
-from workbook.async_rl.sampler import sampling_defaults, validate_sampling
-from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require, require_at_least,
-                          require_choices, require_divides, require_in, require_positive)
+from workbook.async_rl.sampler import sampling_defaults
+from workbook.cli import add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require_positive
 from workbook.loop import seeds as loop_seeds
 from workbook.loop.algorithms import ALGORITHMS, algo_defaults_help, apply_algo_defaults, given_options
 from workbook.loop.backend import make_backend
-from workbook.loop.options import LoopArgs
+from workbook.loop.options import LoopArgs, check_loop_args
 from workbook.loop.run import Run, prepare_runs, print_written, train_runs
 from workbook.loop.run import train as train_loop
 from workbook.loop.task import ReviewTask, Task, apply_preset, check_review_options, review_task
@@ -102,24 +100,9 @@ def parse_args(argv: list[str] | None) -> Args:
 
 def validate(args: Args) -> None:
     """Raise ConfigError for the first bad setting (before anything is loaded or written)."""
-    for name in ("iterations", "batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "eval_samples",
-                 "sample_every", "threads"):
-        require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 1)
-    require_at_least("--checkpoint-every", args.checkpoint_every, 0)
-    for name in ("learning_rate", "kl_target", "kl_horizon", "temperature", "cliprange", "cliprange_value"):
-        require_positive(f"--{name.replace('_', '-')}", getattr(args, name))
-    for name in ("kl_coef", "ent_coef", "vf_coef", "time_budget_s"):
-        require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 0)
-    require_at_least("--seeds", args.seed, 0)
-    require_divides("--mini-batch-size", args.mini_batch_size, "--batch-size", args.batch_size)
-    require_in("--gamma", args.gamma, 0, 1, open_low=True)
-    require_in("--lam", args.lam, 0, 1)
-    require_choices(args)
+    check_loop_args(args)
     require_positive("--dpo-beta", args.dpo_beta)
     ALGORITHMS[args.algo].check(args)
-    validate_sampling(args)
-    require(args.device == "cpu" or (args.device.split(":")[0] == "cuda" and torch.cuda.is_available()), "--device",
-            f"{args.device!r}: expected cpu, or cuda (cuda:N) on a machine with a CUDA GPU")
     check_review_options(args)
     make_backend(args).check(args)
 
