@@ -46,7 +46,7 @@ import torch  # noqa: E402
 from benchmarks.reasoning import seconds_to  # noqa: E402
 from workbook.agents.base import agent_pass_at_k, load_or_pretrain_agent  # noqa: E402
 from workbook.agents.task import RESULT_CLOSE, RESULT_OPEN, eval_pool_size, make_problems  # noqa: E402
-from workbook.cli import add_seeds_option, make_parser, parse_overrides, require, require_at_least  # noqa: E402
+from workbook.cli import add_impl_option, add_seeds_option, make_parser, parse_overrides, require, require_at_least, require_unique_seeds  # noqa: E402
 from workbook.loop.reasoning import DEFAULT_ALGO, REASON_ALGOS, ReasonArgs, reason_args, train_reason, validate  # noqa: E402
 from workbook.runs import ConfigError, check_new_run_dir, command  # noqa: E402
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     p = make_parser("python benchmarks/agents.py", __doc__.split("\n\n")[0])
     add_seeds_option(p, [0, 1, 2], "one run per seed and variant")
     p.add_argument("--algo", default=DEFAULT_ALGO, choices=REASON_ALGOS, help=f"the algorithm (default {DEFAULT_ALGO})")
-    p.add_argument("--impl", default="solutions", choices=("exercises", "solutions"))
+    add_impl_option(p, "solutions")
     p.add_argument("--iterations", type=int, default=0, help="iterations of every run (default: the command's own)")
     p.add_argument("--eval-samples", type=int, default=256, help="held-out problems of each evaluation (default 256)")
     p.add_argument("--curve-n", type=int, default=32, help="episodes per problem for the pass@k curves: k = 1 … this (default 32)")
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="only the table and the JSON (default: also one line per run)")
     ns = p.parse_args(argv)
-    require(len(set(ns.seeds)) == len(ns.seeds), "--seeds", f"repeated seed in {ns.seeds}")
+    require_unique_seeds(ns.seeds)
     require(ns.iterations >= 0, "--iterations", f"must be ≥ 0 (0: the command's own), got {ns.iterations}")
     require_at_least("--curve-n", ns.curve_n, 1)
     require_at_least("--eval-samples", ns.eval_samples, 1)

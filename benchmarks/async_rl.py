@@ -53,7 +53,7 @@ import torch  # noqa: E402
 
 from benchmarks.base_models import KERNELS  # noqa: E402
 from benchmarks.reasoning import seconds_to  # noqa: E402
-from workbook.cli import add_seeds_option, make_parser, require, require_at_least  # noqa: E402
+from workbook.cli import add_impl_option, add_seeds_option, make_parser, require, require_at_least, require_unique_seeds  # noqa: E402
 from workbook.runs import ConfigError, check_new_run_dir, command  # noqa: E402
 
 PARTS = ("goal", "sweep", "mismatch")
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     p = make_parser("python benchmarks/async_rl.py", __doc__.split("\n\n")[0])
     add_seeds_option(p, [0, 1, 2], "every part's runs, per seed")
     p.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS, metavar="PART", help="default: all three")
-    p.add_argument("--impl", default="solutions", choices=("exercises", "solutions"))
+    add_impl_option(p, "solutions")
     p.add_argument("--iterations", type=int, default=0, help="iterations of every run (default: the command's own)")
     p.add_argument("--eval-samples", type=int, default=256, help="held-out problems of each evaluation (default 256)")
     p.add_argument("--lags", nargs="+", type=int, default=[0, 1, 2, 4, 8], metavar="K", help="the sweep's lags")
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace runs of the same names in --runs-dir")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="only the tables and the JSON")
     ns = p.parse_args(argv)
-    require(len(set(ns.seeds)) == len(ns.seeds), "--seeds", f"repeated seed in {ns.seeds}")
+    require_unique_seeds(ns.seeds)
     require(ns.iterations >= 0, "--iterations", f"must be ≥ 0 (0: the command's own), got {ns.iterations}")
     require_at_least("--eval-samples", ns.eval_samples, 1)
     require_at_least("--jobs", ns.jobs, 1)

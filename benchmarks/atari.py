@@ -45,7 +45,7 @@ import torch  # noqa: E402
 
 from workbook.atari.envs import check_atari_env, random_return  # noqa: E402
 from workbook.atari.train import RECIPES, device_setting  # noqa: E402
-from workbook.cli import add_seeds_option, make_parser, parse_overrides, require, require_positive, require_unique_seeds  # noqa: E402
+from workbook.cli import add_impl_option, add_seeds_option, make_parser, parse_overrides, require_positive, require_unique_seeds  # noqa: E402
 from workbook.runs import ConfigError, command  # noqa: E402
 
 RECIPE = {k: v for k, v in RECIPES["15min"].items() if k != "total_timesteps"}
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override an AtariPPOArgs field (passed to CleanRL too where it has the setting); "
                              f"the recipe sets {', '.join(f'{k}={v:g}' for k, v in RECIPE.items())}")
-    parser.add_argument("--impl", choices=("solutions", "exercises"), default="solutions")
+    add_impl_option(parser, "solutions")
     parser.add_argument("--device", default=None, help="where the networks run: cpu (default) or cuda (both sides)")
     parser.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     options = parser.parse_args(argv)

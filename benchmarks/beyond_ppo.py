@@ -17,7 +17,6 @@ printed with the figures.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import os
@@ -29,10 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from workbook.cli import add_seeds_option  # noqa: E402
+from workbook.cli import add_impl_option, add_seeds_option, make_parser, require_unique_seeds  # noqa: E402
 from workbook.loop.algorithms import ALGOS  # noqa: E402
 from workbook.lm.pretrain import PretrainArgs, load_or_pretrain  # noqa: E402
 from workbook.loop.rlhf import algo_args, train  # noqa: E402
+from workbook.runs import ConfigError, command  # noqa: E402
 
 COLOURS = {"ppo": "tab:blue", "grpo": "tab:orange", "rloo": "tab:green", "dpo": "tab:red"}
 
@@ -77,31 +77,29 @@ def save_frontier(runs: dict[str, dict], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+@command
+def main(argv: list[str] | None = None) -> None:
+    p = make_parser("python benchmarks/beyond_ppo.py", __doc__.split("\n\n")[0])
     add_seeds_option(p, [0], "one comparison per seed")
     p.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
-    p.add_argument("--impl", default="solutions", choices=("exercises", "solutions"))
+    add_impl_option(p, "solutions")
     p.add_argument("--runs-dir", default="runs/beyond-ppo", help="one run folder per method and seed below it, and frontier.png")
     p.add_argument("--reuse", action="store_true",
                    help="read the finished runs already in --runs-dir instead of training them again (e.g. after "
                         "running each method on its own with --algos X)")
     ns = p.parse_args(argv)
-    if min(ns.seeds) < 0 or len(set(ns.seeds)) != len(ns.seeds):
-        p.error(f"--seeds: expected distinct seeds ≥ 0, got {ns.seeds}")
+    require_unique_seeds(ns.seeds)
     out = Path(ns.runs_dir)
     existing = [f"{a}-s{seed}" for seed in ns.seeds for a in ns.algos if (out / f"{a}-s{seed}").exists()]
     if existing and not ns.reuse:
-        print(f"error: --runs-dir: {out} already holds the runs {', '.join(existing)}; pick another "
-              "--runs-dir, or pass --reuse to report them", file=sys.stderr)
-        sys.exit(2)
+        raise ConfigError("--runs-dir", f"{out} already holds the runs {', '.join(existing)}; pick another "
+                                        "--runs-dir, or pass --reuse to report them")
     torch.set_num_threads(1)
     pretrained, tok = load_or_pretrain(PretrainArgs(), progress=True)
     per_seed = {seed: compare(ns, seed, pretrained, tok, out, "frontier.png" if len(ns.seeds) == 1 else f"frontier-s{seed}.png")
                 for seed in ns.seeds}
     result = per_seed[ns.seeds[0]] if len(ns.seeds) == 1 else {"seeds": ns.seeds, "per_seed": per_seed}
     print(json.dumps(result), flush=True)
-    return result
 
 
 def compare(ns, seed: int, pretrained, tok, out: Path, frontier: str) -> dict:
@@ -160,4 +158,4 @@ def compare(ns, seed: int, pretrained, tok, out: Path, frontier: str) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

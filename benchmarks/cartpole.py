@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from workbook.cli import add_seeds_option, make_parser, parse_overrides, require_unique_seeds  # noqa: E402
+from workbook.cli import add_impl_option, add_seeds_option, make_parser, parse_overrides, require_unique_seeds  # noqa: E402
 from workbook.runs import command  # noqa: E402
 
 CONFIGS = {
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--criterion", choices=("greedy", "training"), default="greedy",
                         help="greedy: 20-episode greedy evaluation mean >= 475 (default); training: the last 20 "
                              "training episodes (sampled actions) average >= 475, as CleanRL's logged returns")
-    parser.add_argument("--impl", choices=("solutions", "exercises"), default="solutions")
+    add_impl_option(parser, "solutions")
     parser.add_argument("--vs-cleanrl", action="store_true",
                         help="interleave ours with CleanRL's ppo.py per seed (training criterion), plus the greedy "
                              "criterion and the raw vector-env rate")

@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from workbook.continuous.evaluate import SOLVED_RETURN, evaluate_continuous  # noqa: E402
-from workbook.cli import add_seeds_option, make_parser, parse_overrides, require_unique_seeds  # noqa: E402
+from workbook.cli import add_impl_option, add_seeds_option, make_parser, parse_overrides, require_unique_seeds  # noqa: E402
 from workbook.runs import command  # noqa: E402
 from workbook.continuous.train import PRESETS  # noqa: E402
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-gap", type=int, default=None, metavar="STEPS",
                         help="at least this many env steps between two evaluation checks (default: 1%% of "
                              "total_timesteps; a 20-episode Hopper evaluation costs as much as ~10k training steps)")
-    parser.add_argument("--impl", choices=("solutions", "exercises"), default="solutions")
+    add_impl_option(parser, "solutions")
     parser.add_argument("--progress-every", type=float, default=60.0, metavar="SECONDS",
                         help="a progress line on stderr this often (0: none)")
     parser.add_argument("--no-progress", action="store_true", help="no progress lines (the same as --progress-every 0)")

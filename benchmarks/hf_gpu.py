@@ -34,16 +34,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach the hub
 import torch  # noqa: E402
 
 from workbook import distributed  # noqa: E402
-from workbook.cli import add_seeds_option  # noqa: E402
+from workbook.cli import add_impl_option, add_seeds_option, make_parser  # noqa: E402
 from workbook.hf.model import quiet_hub  # noqa: E402
 from workbook.hf.tiny import random_gpt2, train_review_tokenizer  # noqa: E402
 from workbook.lm.corpus import review_prompts  # noqa: E402
 from workbook.loop.backend import HuggingFace  # noqa: E402
 from workbook.rlhf.data import load_part3, rollout  # noqa: E402
+from workbook.runs import ConfigError, command  # noqa: E402
 
 
-def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+@command
+def main(argv: list[str] | None = None) -> None:
+    p = make_parser("python benchmarks/hf_gpu.py", __doc__.split("\n\n")[0])
     p.add_argument("--tiny", action="store_true", help="a 2-layer d=64 model on the CPU (checks the script, no GPU needed)")
     p.add_argument("--device", default=None, help="default: cuda (cpu with --tiny)")
     p.add_argument("--iterations", type=int, default=3, help="timed iterations, after one warm-up iteration")
@@ -51,13 +53,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--mini-batch-size", type=int, default=16)
     p.add_argument("--ppo-epochs", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=None, help="default 48; 16 with --tiny")
-    p.add_argument("--impl", default="solutions", choices=("exercises", "solutions"))
+    add_impl_option(p, "solutions")
     add_seeds_option(p, [0], "seeds the model and the prompts (the first seed; one timing)")
     ns = p.parse_args(argv)
     device = torch.device(ns.device or ("cpu" if ns.tiny else "cuda"))
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("error: device: CUDA is not available here; run with --tiny for the CPU check", file=sys.stderr)
-        sys.exit(2)
+        raise ConfigError("--device", "CUDA is not available here; run with --tiny for the CPU check")
     batch_size = ns.batch_size or (8 if ns.tiny else 64)
     max_new_tokens = ns.max_new_tokens or (16 if ns.tiny else 48)
     if ns.tiny:
@@ -127,8 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
         "torch": torch.__version__,
     }
     print(json.dumps(result))
-    return result
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

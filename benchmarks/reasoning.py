@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from workbook.cli import add_seeds_option, make_parser, parse_overrides, require, require_at_least  # noqa: E402
+from workbook.cli import add_impl_option, add_seeds_option, make_parser, parse_overrides, require, require_at_least, require_unique_seeds  # noqa: E402
 from workbook.loop.reasoning import DEFAULT_ALGO, REASON_ALGOS, ReasonArgs, reason_args, train_reason, validate  # noqa: E402
 from workbook.reason import TASKS, load_or_pretrain_reasoner, make_problems, sample_pass_at_k  # noqa: E402
 from workbook.reason.task import eval_pool_size  # noqa: E402
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algos", nargs="+", default=list(REASON_ALGOS), choices=REASON_ALGOS, metavar="ALGO",
                    help=f"which algorithms (default: all: {' '.join(REASON_ALGOS)})")
     p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, metavar="TASK", help="default: both")
-    p.add_argument("--impl", default="solutions", choices=("exercises", "solutions"))
+    add_impl_option(p, "solutions")
     p.add_argument("--iterations", type=int, default=0, help="iterations of every run (default: each algorithm's own)")
     p.add_argument("--eval-samples", type=int, default=256,
                    help="held-out problems of each evaluation (default 256, or all of a task's if it has fewer)")
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="only the table and the JSON (default: also one line per run)")
     ns = p.parse_args(argv)
-    require(len(set(ns.seeds)) == len(ns.seeds), "--seeds", f"repeated seed in {ns.seeds}")
+    require_unique_seeds(ns.seeds)
     require(ns.iterations >= 0, "--iterations", f"must be ≥ 0 (0: each algorithm's own), got {ns.iterations}")
     require_at_least("--curve-n", ns.curve_n, 1)
     overrides = parse_overrides(ns.set, ReasonArgs)

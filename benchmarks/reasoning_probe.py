@@ -46,7 +46,7 @@ import torch  # noqa: E402
 from solutions import part3_rlhf as part3  # noqa: E402
 from solutions import part5_beyond_ppo as part5  # noqa: E402
 from solutions import part7_reasoning as part7  # noqa: E402
-from workbook.cli import add_seeds_option, make_parser, require, require_at_least, require_positive  # noqa: E402
+from workbook.cli import add_seeds_option, make_parser, require_at_least, require_positive, require_unique_seeds  # noqa: E402
 from workbook.lm import pad_batch  # noqa: E402
 from workbook.reason import MAX_NEW_TOKENS, TASKS, load_or_pretrain_reasoner, make_problems, sample_pass_at_k  # noqa: E402
 from workbook.reason.task import eval_pool_size  # noqa: E402
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.iterations is not None:
         require_at_least("--iterations", ns.iterations, 1)
     require_at_least("--eval-problems", ns.eval_problems, 1)
-    require(len(set(ns.seeds)) == len(ns.seeds), "--seeds", "repeats a seed")
+    require_unique_seeds(ns.seeds)
     torch.set_num_threads(1)
 
     base, tok = load_or_pretrain_reasoner(ns.task, progress=not ns.no_progress)

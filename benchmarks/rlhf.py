@@ -13,7 +13,6 @@ and ``per_seed`` holds each seed's.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import os
@@ -28,21 +27,22 @@ import torch  # noqa: E402
 
 from workbook.lm.model import load_checkpoint  # noqa: E402
 from workbook.lm.pretrain import PretrainArgs, checkpoint_path, load_or_pretrain  # noqa: E402
-from workbook.cli import add_seeds_option  # noqa: E402
+from workbook.cli import add_impl_option, add_seeds_option, make_parser, require_unique_seeds  # noqa: E402
 from workbook.loop.rlhf import Args, train  # noqa: E402
+from workbook.runs import WANDB_MODES, command  # noqa: E402
 
 
-def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+@command
+def main(argv: list[str] | None = None) -> None:
+    p = make_parser("python benchmarks/rlhf.py", __doc__.split("\n\n")[0])
     add_seeds_option(p, [0], "one run per seed")
     p.add_argument("--time-budget-s", type=float, default=Args.time_budget_s)
     p.add_argument("--kl-coef", type=float, default=Args.kl_coef)
-    p.add_argument("--impl", default="solutions", choices=("exercises", "solutions"))
-    p.add_argument("--wandb", default="disabled", choices=("offline", "online", "disabled"))
+    add_impl_option(p, "solutions")
+    p.add_argument("--wandb", default="disabled", choices=WANDB_MODES)
     p.add_argument("--runs-dir", default="runs")
     ns = p.parse_args(argv)
-    if min(ns.seeds) < 0 or len(set(ns.seeds)) != len(ns.seeds):
-        p.error(f"--seeds: expected distinct seeds ≥ 0, got {ns.seeds}")
+    require_unique_seeds(ns.seeds)
     torch.set_num_threads(1)
 
     # Pretraining: from the cache when there (its recorded training time is reported).
@@ -64,7 +64,6 @@ def main(argv: list[str] | None = None) -> dict:
                       if isinstance(v, (int, float)) else v) for k, v in per_seed[0].items() if k != "seed"}
     result |= {"seeds": ns.seeds, "per_seed": per_seed}
     print(json.dumps(result), flush=True)
-    return result
 
 
 def median(values: list[float]) -> float | int:
@@ -107,4 +106,4 @@ def run_seed(ns, seed: int, model, tok, pretrain_wall_s: float, cached: bool) ->
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

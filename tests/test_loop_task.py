@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from workbook.lm.pretrain import TINY_ARGS, pretrain
-from workbook.loop.task import Prompt, ReviewTask
+from workbook.loop.task import Prompt, ReviewTask, held_out_panel, own_rollout
 from workbook.loop.rlhf import Args, algo_args, train
 from workbook.rlhf.data import rollout
 from workbook.runs import ConfigError
@@ -127,3 +127,16 @@ def test_samples_show_float32_scores_as_a_person_reads_them():
     assert torch.equal(torch.tensor(got, dtype=torch.float32), scores), "nothing rounded away: each reads back exactly"
     assert readable_floats(torch.tensor([0.1], dtype=torch.bfloat16)) == [0.100097656]  # bfloat16 0.1 read as a float32
     assert readable_floats(torch.tensor([0.1, 1 / 3], dtype=torch.float64)) == [0.1, 1 / 3], "float64 kept as it is"
+
+
+def test_the_optional_members_are_taken_only_from_the_tasks_that_fill_them():
+    from workbook.loop.verifiable import CalculatorTask, ReasoningTask
+
+    review, say = ReviewTask(), SayTask()
+    addition, calculator = ReasoningTask("solutions", "addition"), CalculatorTask("solutions")
+    assert own_rollout(calculator) == calculator.rollout, "the calculator writes its own multi-turn episodes"
+    assert own_rollout(addition) is own_rollout(review) is own_rollout(say) is None, "the others: the loop's one turn"
+    assert held_out_panel(addition) == held_out_panel(calculator) == ("env/accuracy", "pass@1")
+    assert held_out_panel(review) is held_out_panel(say) is None
+    assert not isinstance(calculator, ReasoningTask), "the calculator is no arithmetic task with a placeholder name"
+    assert (addition.name, calculator.name) == ("addition", "calculator")

@@ -210,6 +210,8 @@ def test_each_algorithm_has_its_defaults_unless_an_option_overrides_them():
     (["--cliprange", "1.5"], "--cliprange"),
     (["--eps-high", "0"], "--eps-high"),
     (["--eval-k", "0"], "--eval-k"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every"),
+    (["--run-dir", "x"], "--run-dir"),
     (["--prompts", "nowhere.tsv"], "--prompts"),
     (["--set", "reward=model"], "--set"),
     (["--set", "nope=1"], "--set"),

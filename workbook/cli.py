@@ -24,7 +24,7 @@ import types
 import typing
 from typing import Any, Callable, Literal, Sequence, TypeVar
 
-from workbook.runs import ConfigError
+from workbook.runs import IMPLS, ConfigError
 
 T = TypeVar("T")
 
@@ -39,7 +39,12 @@ class StrictParser(argparse.ArgumentParser):
             raise ConfigError(field, what)
         found = re.match(r"unrecognized arguments: (\S+)", message)
         if found:
-            raise ConfigError(found.group(1).split("=")[0], f"unknown option ({self.prog} --help lists the options)")
+            option = found.group(1).split("=")[0]
+            if option in SYNONYMS:  # a spelling another tool uses: name ours
+                right = SYNONYMS[option]
+                usage = VOCABULARY.get(right, "").partition(":")
+                raise ConfigError(option, f"unknown option; use {right}" + (f" {usage[0]}" if usage[1] else ""))
+            raise ConfigError(option, f"unknown option ({self.prog} --help lists the options)")
         found = re.match(r"the following arguments are required: (.*)", message)
         if found:
             raise ConfigError(found.group(1), "required")
@@ -92,6 +97,13 @@ def add_seeds_option(parser: argparse.ArgumentParser, default: list[int], what: 
     """``--seeds S [S ...]``: a list of seed values, each checked by :func:`seed_value`."""
     parser.add_argument("--seeds", type=seed_value, nargs="+", default=list(default), metavar="S",
                         help=f"{what} (default: {' '.join(map(str, default))})")
+
+
+def add_impl_option(parser: argparse.ArgumentParser, default: str | None,
+                    help: str = "whose code runs: exercises (yours) or solutions (the reference)") -> None:
+    """``--impl exercises|solutions`` (:data:`~workbook.runs.IMPLS`); ``help`` gets the default appended unless it is None."""
+    parser.add_argument("--impl", choices=IMPLS, default=default,
+                        help=help if default is None else f"{help} (default: {default})")
 
 
 def require_unique_seeds(seeds: list[int]) -> None:

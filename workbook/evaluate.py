@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from workbook.checkpoints import CHECKPOINT, load_run
-from workbook.cli import make_parser, require_at_least, require_unique_seeds, seed_value
+from workbook.cli import add_impl_option, make_parser, require_at_least, require_unique_seeds, seed_value
 from workbook.runs import WANDB_MODES, ConfigError, check_can_create, command, start_wandb, stub_error
 
 TASKS = {  # command → where its Task is (what rebuilds, evaluates and films its agent)
@@ -115,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=seed_value, nargs="+", default=None, metavar="S",
                         help="one evaluation per seed: the episodes' seed, or an rlhf or reason run's sampling seed "
                              "(default: the run's own evaluation seed, which reproduces its figure)")
-    parser.add_argument("--impl", choices=("exercises", "solutions"), default=None,
-                        help="whose code rebuilds the agent (default: the one the run was trained with)")
+    add_impl_option(parser, None, "whose code rebuilds the agent (default: the one the run was trained with)")
     parser.add_argument("--video", action="store_true",
                         help="record one episode as MP4 under RUN_DIR/video/ (needs moviepy and pygame)")
     parser.add_argument("--wandb", choices=WANDB_MODES, default="disabled",

@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from workbook.cli import make_parser, require_positive
+from workbook.cli import add_impl_option, make_parser, require_positive
 from workbook.runs import check_can_create, command
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -226,8 +226,7 @@ def parts() -> list[str]:
 @command
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser("python -m workbook grade", "Grade table: one row per exercise.")
-    parser.add_argument("--impl", choices=("exercises", "solutions"), default=os.environ.get("WORKBOOK_IMPL", "exercises"),
-                        help="exercises (your code, default) or solutions (the reference)")
+    add_impl_option(parser, os.environ.get("WORKBOOK_IMPL", "exercises"), "whose code is graded: exercises (yours) or solutions (the reference)")
     parser.add_argument("--part", action="append", default=[], choices=parts(),
                         help="only this part's tests (repeatable)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")

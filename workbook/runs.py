@@ -22,15 +22,19 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import shutil
 import sys
 import tempfile
 import traceback
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 WANDB_MODES = ("offline", "online", "disabled")
+IMPLS = ("exercises", "solutions")
+"""Whose code runs (``--impl``): the learner's, or the reference."""
 DEFAULT_WANDB_INIT_TIMEOUT_S = 15.0
 
 
@@ -62,6 +66,13 @@ def command(main: Callable[[list[str] | None], int | None]) -> Callable[[list[st
             return 2
 
     return wrapper
+
+
+def load_part(impl: str, part: str) -> ModuleType:
+    """``exercises.<part>`` or ``solutions.<part>`` (``part`` as ``"part3_rlhf"``); ValueError for another ``impl``."""
+    if impl not in IMPLS:
+        raise ValueError(f"--impl must be 'exercises' or 'solutions', got {impl!r}")
+    return importlib.import_module(f"{impl}.{part}")
 
 
 # --- run folders -------------------------------------------------------------------------

@@ -23,7 +23,6 @@ sampler's log-probs and corrects the update with your ``importance_weights`` (``
 from __future__ import annotations
 
 import copy
-import importlib
 import time
 from dataclasses import dataclass
 from types import ModuleType
@@ -32,16 +31,15 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from workbook.rlhf.data import Rollout, load_part3, rollout
+from workbook.rlhf.data import Rollout, load_part3, own_rollout, rollout
+from workbook.runs import load_part
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def load_part10(impl: str) -> ModuleType:
     """``exercises.part10_async`` or ``solutions.part10_async``."""
-    if impl not in ("exercises", "solutions"):
-        raise ValueError(f"--impl must be 'exercises' or 'solutions', got {impl!r}")
-    return importlib.import_module(f"{impl}.part10_async")
+    return load_part(impl, "part10_async")
 
 
 def flat_weights(lm: nn.Module) -> Tensor:
@@ -104,7 +102,7 @@ class Sampler:
         """Batch ``index`` of ``prompts`` (the loop's ``Prompt`` objects: ``.text``, ``.answer``), sampled and scored."""
         t0 = time.perf_counter()
         texts = [p.text for p in prompts]
-        own = getattr(self.task, "rollout", None)  # a task may bring its own (Part 9: multi-turn, with a tool)
+        own = own_rollout(self.task)  # a task may bring its own (Part 9: multi-turn, with a tool)
         if own is None:  # the sampler's own log-probs of what it sampled, kept while sampling, as an engine returns them
             batch = rollout(self.lm, self.tok, texts, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                             generator=self.generator, chunk=self.chunk, sampler_logprobs=True)

@@ -38,7 +38,8 @@ from typing import Any
 from workbook import distributed
 from workbook.atari.envs import check_atari_env, game_name
 from workbook.atari.evaluate import evaluate_atari, record_atari_video, solved_return
-from workbook.cartpole.train import Task, run_command
+from workbook.cartpole.options import Task
+from workbook.cartpole.train import run_command
 from workbook.runs import ConfigError, command
 
 RECIPES: dict[str, dict[str, float]] = {

@@ -23,7 +23,8 @@ import os
 import sys
 
 from workbook import distributed
-from workbook.cartpole.train import Task, check_env, run_command
+from workbook.cartpole.options import Task, check_env
+from workbook.cartpole.train import run_command
 from workbook.continuous.evaluate import SOLVED_RETURN, evaluate_continuous, greedy_policy
 from workbook.runs import command
 

@@ -28,7 +28,6 @@ GRPO's and RLOO's baselines are per group, and every group lives on one rank.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
@@ -41,13 +40,12 @@ from workbook.lm.model import GPT
 from workbook.lm.tokenizer import CharTokenizer
 from workbook.loop.task import Prompt, Task
 from workbook.rlhf.data import Rollout, encode_queries, load_part3
+from workbook.runs import load_part
 
 
 def load_part5(impl: str) -> ModuleType:
     """``exercises.part5_beyond_ppo`` or ``solutions.part5_beyond_ppo``."""
-    if impl not in ("exercises", "solutions"):
-        raise ValueError(f"--impl must be 'exercises' or 'solutions', got {impl!r}")
-    return importlib.import_module(f"{impl}.part5_beyond_ppo")
+    return load_part(impl, "part5_beyond_ppo")
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import torch
+
+from workbook.async_rl.sampler import validate_sampling
 from workbook.checkpoints import CHECKPOINT, load_run
-from workbook.cli import require
+from workbook.cli import require, require_at_least, require_choices, require_divides, require_in, require_positive
 from workbook.loop.algorithms import given_options
 from workbook.runs import ConfigError, check_can_create
 
@@ -128,6 +131,31 @@ class LoopArgs:
 RESUME_MAY_CHANGE = frozenset({"iterations", "learning_rate", "time_budget_s", "wandb", "progress", "quiet", "threads",
                                "checkpoint_every", "sample_every", "device", "resume", "debug"})
 """What a resumed run may change; every other option given with --resume must match the checkpoint."""
+
+
+def check_loop_args(args: LoopArgs) -> None:
+    """ConfigError for the first bad setting among the fields every LM command has; a command checks its own after.
+
+    Ranges first, then what depends on another field (``--mini-batch-size`` divides
+    ``--batch-size``), then Part 10's options and ``--device``. Nothing is loaded or written.
+    """
+    def option(name: str) -> str:
+        return "--seeds" if name == "seed" else f"--{name.replace('_', '-')}"
+
+    require_choices(args)
+    for name in ("iterations", "batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "eval_samples",
+                 "sample_every", "threads"):
+        require_at_least(option(name), getattr(args, name), 1)
+    for name in ("learning_rate", "temperature", "cliprange", "cliprange_value", "kl_target", "kl_horizon"):
+        require_positive(option(name), getattr(args, name))
+    for name in ("checkpoint_every", "kl_coef", "ent_coef", "vf_coef", "time_budget_s", "seed"):
+        require_at_least(option(name), getattr(args, name), 0)
+    require_in("--gamma", args.gamma, 0, 1, open_low=True)
+    require_in("--lam", args.lam, 0, 1)
+    require_divides("--mini-batch-size", args.mini_batch_size, "--batch-size", args.batch_size)
+    validate_sampling(args)
+    require(args.device == "cpu" or (args.device.split(":")[0] == "cuda" and torch.cuda.is_available()), "--device",
+            f"{args.device!r}: expected cpu, or cuda (cuda:N) on a machine with a CUDA GPU")
 
 
 def resume_args(args: LoopArgs, seeds: list[int], argv: list[str], *, command: str, args_class: type,

@@ -49,25 +49,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from workbook import distributed
-from workbook.async_rl.sampler import DEFAULT_CORRECTION, sampling_defaults, validate_sampling
+from workbook.async_rl.sampler import DEFAULT_CORRECTION, sampling_defaults
 from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require,
-                          require_at_least, require_choices, require_divides, require_in, require_positive)
+                          require_at_least, require_divides, require_in, require_positive)
 from workbook.loop import rlvr
+from workbook.loop import seeds as loop_seeds
 from workbook.loop.algorithms import ALGORITHMS, given_options
 from workbook.loop.backend import TinyGPT, make_backend, save_policy
 from workbook.loop.calls import check_learner_code
-from workbook.loop.curves import save_seed_curves
-from workbook.loop.options import LoopArgs
-from workbook.loop.run import Run, curve_panels, prepare_runs, print_written, readable_floats, train, train_runs
+from workbook.loop.options import LoopArgs, check_loop_args
+from workbook.loop.run import Run, prepare_runs, print_written, readable_floats, train, train_runs
 from workbook.loop.task import Prompt
-from workbook.loop.verifiable import INSTRUCTION, CalculatorTask, ReasoningTask, extract_answer  # noqa: F401 (the tasks of this command)
+from workbook.loop.verifiable import INSTRUCTION, CalculatorTask, ReasoningTask, VerifiableTask, extract_answer  # noqa: F401 (the tasks of this command)
 from workbook.rlhf.data import Rollout
-from workbook.runs import ConfigError, command, new_run_dir
+from workbook.runs import ConfigError, command
 
 REASON_ALGOS = ("grpo", "dapo", "dr_grpo", "gspo", "cispo", "rloo", "ppo")
 DEFAULT_ALGO = "dapo"
@@ -243,7 +241,7 @@ class Reasoner(TinyGPT):
     save = staticmethod(save_policy)
 
 
-def make_task(args: ReasonArgs) -> ReasoningTask:
+def make_task(args: ReasonArgs) -> VerifiableTask:
     group = 1 if args.algo == "ppo" else args.group_size
     if args.task == "calculator":
         return CalculatorTask(args.impl, group_size=group, format_reward=args.format_reward, eval_k=args.eval_k,
@@ -291,9 +289,6 @@ def parse_command(argv: list[str] | None) -> tuple[ReasonArgs, list[int]]:
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bar on a terminal, no progress line every 30 s elsewhere")
     argv = list(sys.argv[1:] if argv is None else argv)
-    for wrong, right in (("--seed", "--seeds S [S ...] (one run per seed)"), ("--run-dir", "--runs-dir DIR")):
-        if wrong in argv or any(a.startswith(wrong + "=") for a in argv):
-            raise ConfigError(wrong, f"unknown option; use {right}")
     namespace = parser.parse_args(argv)
     seeds = list(namespace.seeds)
     args = dataclass_from_args(ReasonArgs, namespace, seed=seeds[0])
@@ -316,27 +311,16 @@ def parse_command(argv: list[str] | None) -> tuple[ReasonArgs, list[int]]:
 
 def validate(args: ReasonArgs) -> None:
     """Raise ConfigError for the first bad setting (before anything is loaded or written)."""
-    require_choices(args)
-    for name in ("iterations", "batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "eval_samples", "eval_k",
-                 "sample_every", "threads"):
-        require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 1)
-    validate_sampling(args)
-    for name in ("learning_rate", "temperature", "cliprange", "eps_high", "cliprange_value", "kl_target", "kl_horizon"):
-        require_positive(f"--{name.replace('_', '-')}", getattr(args, name))
-    for name in ("kl_coef", "ent_coef", "vf_coef", "time_budget_s", "seed"):
-        require_at_least(f"--{name.replace('_', '-') if name != 'seed' else 'seeds'}", getattr(args, name), 0)
+    check_loop_args(args)
+    require_at_least("--eval-k", args.eval_k, 1)
+    require_positive("--eps-high", args.eps_high)
     require(args.cliprange <= 1, "--cliprange", f"ε_low must be ≤ 1 (the ratio's floor 1 − ε_low ≥ 0), got {args.cliprange!r}")
     require(0 <= args.format_reward < 1, "--format-reward",
             f"must be in [0, 1) (a wrong answer never pays as much as a right one), got {args.format_reward!r}")
     require_in("--overlong-cache", args.overlong_cache, 0, args.max_new_tokens)
-    require_in("--gamma", args.gamma, 0, 1, open_low=True)
-    require_in("--lam", args.lam, 0, 1)
-    require_divides("--mini-batch-size", args.mini_batch_size, "--batch-size", args.batch_size)
     if args.algo != "ppo":  # whole groups of at least two samples (a baseline needs another sample)
         require_at_least("--group-size", args.group_size, 2)
         require_divides("--group-size", args.group_size, "--batch-size", args.batch_size)
-    require(args.device == "cpu" or (args.device.split(":")[0] == "cuda" and torch.cuda.is_available()), "--device",
-            f"{args.device!r}: expected cpu, or cuda (cuda:N) on a machine with a CUDA GPU")
     require_at_least("--max-calls", args.max_calls, 0)
     if args.task != "calculator":  # the tool's options mean nothing to a task without a tool
         for flag, default in (("--no-tool", args.tool), ("--no-mask-tool-tokens", args.mask_tool_tokens)):
@@ -356,9 +340,13 @@ def validate(args: ReasonArgs) -> None:
     make_backend(args).check(args)
 
 
+def name_stem(args: ReasonArgs) -> str:
+    """What a run's and a seeds folder's default names start with: the task and the algorithm."""
+    return f"reason-{'file' if args.prompts else args.task}-{args.algo}"
+
+
 def run_name(args: ReasonArgs, stamp: str | None = None) -> str:
-    task = "file" if args.prompts else args.task
-    return args.run_name or f"reason-{task}-{args.algo}-s{args.seed}-{stamp or time.strftime('%Y%m%d-%H%M%S')}"
+    return args.run_name or f"{name_stem(args)}-s{args.seed}-{stamp or time.strftime('%Y%m%d-%H%M%S')}"
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -379,7 +367,7 @@ class ReasonRun(Run):
     def run_name(self, args: ReasonArgs) -> str:
         return run_name(args)
 
-    def default_task(self, args: ReasonArgs, tok) -> ReasoningTask:
+    def default_task(self, args: ReasonArgs, tok) -> VerifiableTask:
         return make_task(args)
 
     def title(self) -> str:
@@ -414,29 +402,14 @@ def train_reason(args: ReasonArgs, *, model=None, tok=None, progress: bool | Non
 
 
 def seed_runs(args: ReasonArgs, seeds: list[int]) -> tuple[list[ReasonArgs], str | None]:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    if len(seeds) == 1:
-        one = dataclasses.replace(args, seed=seeds[0])
-        return [dataclasses.replace(one, run_name=run_name(one, stamp))], None
-    runs = [dataclasses.replace(args, seed=s, run_name=f"{args.run_name}-seed{s}" if args.run_name else "") for s in seeds]
-    runs = [dataclasses.replace(r, run_name=run_name(r, stamp)) for r in runs]
-    task = "file" if args.prompts else args.task
-    group = f"{args.run_name}-seeds" if args.run_name else f"reason-{task}-{args.algo}-seeds{'-'.join(map(str, seeds))}-{stamp}"
-    return runs, group
+    """One ReasonArgs per seed (run names ``<name>-seed<S>`` when several), and the seeds' folder (None for one)."""
+    return loop_seeds.seed_runs(args, seeds, run_name, name_stem(args))
 
 
 def write_seed_summary(args: ReasonArgs, group: str, summaries: list[dict], histories: dict[int, list[dict]]) -> Path:
-    out = new_run_dir(args.runs_dir, group, args.overwrite)
     task = make_task(args)
-    save_seed_curves(histories, out / "curves.png", f"{group}  ({args.algo}, impl={args.impl}, task={task.name})",
-                     curve_panels(args, task), x_label=ALGORITHMS[args.algo].x_label)
-    table = {when: {k: {"mean": float(np.mean([s[when][k] for s in summaries])),
-                        "std": float(np.std([s[when][k] for s in summaries])),
-                        "per_seed": [s[when][k] for s in summaries]} for k, _, _ in task.headline}
-             for when in ("before", "after")}
-    (out / "summary.json").write_text(json.dumps({"seeds": sorted(histories), "runs": [s["run_dir"] for s in summaries],
-                                                  **table}, indent=2))
-    return out
+    return loop_seeds.write_seed_summary(args, group, summaries, histories, task,
+                                     f"{group}  ({args.algo}, impl={args.impl}, task={task.name})")
 
 
 def print_summary(summary: dict, headline) -> None:

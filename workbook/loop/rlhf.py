@@ -23,27 +23,23 @@ Writes, under ``<runs-dir>/<run name>/``: ``metrics.jsonl``, ``samples.jsonl``, 
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-import torch
 
 from workbook import distributed
-from workbook.async_rl.sampler import sampling_defaults, validate_sampling
-from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require, require_at_least,
-                          require_choices, require_divides, require_in, require_positive)
+from workbook.async_rl.sampler import sampling_defaults
+from workbook.cli import add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, parse_overrides, require_positive
+from workbook.loop import seeds as loop_seeds
 from workbook.loop.algorithms import ALGORITHMS, algo_defaults_help, apply_algo_defaults, given_options
 from workbook.loop.backend import make_backend
-from workbook.loop.curves import save_seed_curves
-from workbook.loop.options import LoopArgs
-from workbook.loop.run import Run, curve_panels, prepare_runs, print_written, train_runs
+from workbook.loop.options import LoopArgs, check_loop_args
+from workbook.loop.run import Run, prepare_runs, print_written, train_runs
 from workbook.loop.run import train as train_loop
 from workbook.loop.task import ReviewTask, Task, apply_preset, check_review_options, review_task
-from workbook.runs import ConfigError, command, new_run_dir
+from workbook.runs import ConfigError, command
 
 
 @dataclass
@@ -87,10 +83,6 @@ def parse_command(argv: list[str] | None) -> tuple[Args, list[int]]:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="set any option by its field name, e.g. --set kl_coef=0.1 (repeatable; same as --kl-coef 0.1)")
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--seed" in argv or any(a.startswith("--seed=") for a in argv):
-        raise ConfigError("--seed", "unknown option; use --seeds S [S ...] (one run per seed)")
-    if "--run-dir" in argv or any(a.startswith("--run-dir=") for a in argv):
-        raise ConfigError("--run-dir", "unknown option; use --runs-dir DIR")
     namespace = parser.parse_args(argv)
     seeds = list(namespace.seeds)
     overrides = parse_overrides(namespace.set, Args)
@@ -108,32 +100,21 @@ def parse_args(argv: list[str] | None) -> Args:
 
 def validate(args: Args) -> None:
     """Raise ConfigError for the first bad setting (before anything is loaded or written)."""
-    for name in ("iterations", "batch_size", "mini_batch_size", "ppo_epochs", "max_new_tokens", "eval_samples",
-                 "sample_every", "threads"):
-        require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 1)
-    require_at_least("--checkpoint-every", args.checkpoint_every, 0)
-    for name in ("learning_rate", "kl_target", "kl_horizon", "temperature", "cliprange", "cliprange_value"):
-        require_positive(f"--{name.replace('_', '-')}", getattr(args, name))
-    for name in ("kl_coef", "ent_coef", "vf_coef", "time_budget_s"):
-        require_at_least(f"--{name.replace('_', '-')}", getattr(args, name), 0)
-    require_at_least("--seeds", args.seed, 0)
-    require_divides("--mini-batch-size", args.mini_batch_size, "--batch-size", args.batch_size)
-    require_in("--gamma", args.gamma, 0, 1, open_low=True)
-    require_in("--lam", args.lam, 0, 1)
-    require_choices(args)
+    check_loop_args(args)
     require_positive("--dpo-beta", args.dpo_beta)
     ALGORITHMS[args.algo].check(args)
-    validate_sampling(args)
-    require(args.device == "cpu" or (args.device.split(":")[0] == "cuda" and torch.cuda.is_available()), "--device",
-            f"{args.device!r}: expected cpu, or cuda (cuda:N) on a machine with a CUDA GPU")
     check_review_options(args)
     make_backend(args).check(args)
 
 
-def run_name(args: Args, stamp: str | None = None) -> str:
+def name_stem(args: Args) -> str:
+    """What a run's and a seeds folder's default names start with: the algorithm, the reward and β."""
     prefix = "rlhf" if args.algo == "ppo" else f"rlhf-{args.algo}"
-    reward = args.reward.replace("/", "_")
-    return args.run_name or f"{prefix}-{reward}-kl{args.kl_coef:g}-s{args.seed}-{stamp or time.strftime('%Y%m%d-%H%M%S')}"
+    return f"{prefix}-{args.reward.replace('/', '_')}-kl{args.kl_coef:g}"
+
+
+def run_name(args: Args, stamp: str | None = None) -> str:
+    return args.run_name or f"{name_stem(args)}-s{args.seed}-{stamp or time.strftime('%Y%m%d-%H%M%S')}"
 
 
 
@@ -178,30 +159,7 @@ def train(args: Args, *, model=None, tok=None, task: Task | None = None, backend
 
 def seed_runs(args: Args, seeds: list[int]) -> tuple[list[Args], str | None]:
     """One Args per seed (run names ``<name>-seed<S>`` when several), and the name of the seeds' folder (None for one)."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    if len(seeds) == 1:
-        return [dataclasses.replace(args, seed=seeds[0], run_name=run_name(dataclasses.replace(args, seed=seeds[0]), stamp))], None
-    runs = [dataclasses.replace(args, seed=s, run_name=f"{args.run_name}-seed{s}" if args.run_name else "") for s in seeds]
-    runs = [dataclasses.replace(r, run_name=run_name(r, stamp)) for r in runs]
-    prefix = "rlhf" if args.algo == "ppo" else f"rlhf-{args.algo}"
-    group = f"{args.run_name}-seeds" if args.run_name else \
-        f"{prefix}-{args.reward.replace('/', '_')}-kl{args.kl_coef:g}-seeds{'-'.join(map(str, seeds))}-{stamp}"
-    return runs, group
-
-
-def write_seed_summary(args: Args, group: str, summaries: list[dict], histories: dict[int, list[dict]], task: Task) -> Path:
-    """``<runs_dir>/<group>/``: curves.png (mean and min–max over the seeds) and summary.json."""
-    out = new_run_dir(args.runs_dir, group, args.overwrite)
-    spec = ALGORITHMS[args.algo]
-    save_seed_curves(histories, out / "curves.png", curves_title(args, group), curve_panels(args, task), x_label=spec.x_label)
-    keys = [k for k, _, _ in task.headline]
-    table = {when: {k: {"mean": float(np.mean([s[when][k] for s in summaries])),
-                        "std": float(np.std([s[when][k] for s in summaries])),
-                        "per_seed": [s[when][k] for s in summaries]} for k in keys}
-             for when in ("before", "after")}
-    (out / "summary.json").write_text(json.dumps({"seeds": sorted(histories), "runs": [s["run_dir"] for s in summaries],
-                                                  **table}, indent=2))
-    return out
+    return loop_seeds.seed_runs(args, seeds, run_name, name_stem(args))
 
 
 
@@ -222,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print_seeds(summaries, task)
     if group:
-        out = write_seed_summary(args, group, summaries, histories, task)
+        out = loop_seeds.write_seed_summary(args, group, summaries, histories, task, curves_title(args, group))
         print(f"wrote {out}/ (curves.png: mean and min–max over seeds {', '.join(map(str, seeds))}; summary.json)")
     return 0
 

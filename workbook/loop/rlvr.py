@@ -35,7 +35,6 @@ update gets cheaper as more groups are solved, and the share kept is a curve.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -45,6 +44,7 @@ from torch import Tensor, nn
 from workbook.loop.algorithms import ALGORITHMS, ENTROPY, KL, LENGTH, Algorithm, Group, load_part5, model_tokens
 from workbook.loop.task import Task
 from workbook.rlhf.data import load_part3
+from workbook.runs import load_part
 
 LOSSES = ("clip_higher", "gspo", "cispo")
 KL_ROWS = 64
@@ -53,9 +53,7 @@ KL_ROWS = 64
 
 def load_part7(impl: str) -> ModuleType:
     """``exercises.part7_reasoning`` or ``solutions.part7_reasoning``."""
-    if impl not in ("exercises", "solutions"):
-        raise ValueError(f"--impl must be 'exercises' or 'solutions', got {impl!r}")
-    return importlib.import_module(f"{impl}.part7_reasoning")
+    return load_part(impl, "part7_reasoning")
 
 
 @dataclass
@@ -120,11 +118,11 @@ class RLVRTrainer:
 
     def part10(self) -> ModuleType:
         """The learner's Part 10 (loaded only when a setting needs it)."""
-        return importlib.import_module(f"{self.impl}.part10_async")
+        return load_part(self.impl, "part10_async")
 
     def part9(self) -> ModuleType:
         """The learner's Part 9 (loaded only for a task with a tool: Part 7 runs without it)."""
-        return importlib.import_module(f"{self.impl}.part9_agents")
+        return load_part(self.impl, "part9_agents")
 
     def _forward(self, model: nn.Module, queries: list[Tensor], responses: list[Tensor], return_logits: bool = False):
         return self.part3.batched_forward_pass(model, queries, responses, temperature=self.config.temperature,

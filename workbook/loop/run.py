@@ -53,8 +53,8 @@ from workbook.loop.backend import make_backend
 from workbook.loop.curves import save_curves
 from workbook.loop.health import DeadRunWatch, tell
 from workbook.loop.options import LoopArgs, resume_args
-from workbook.loop.task import Task
-from workbook.rlhf.data import rollout
+from workbook.loop.task import Task, held_out_panel
+from workbook.rlhf.data import own_rollout, rollout
 from workbook.progress import Progress
 from workbook.runs import check_new_run_dir, discard_new_run, new_run_dir, start_wandb, stub_error, wandb_sync_line
 
@@ -227,7 +227,7 @@ class Run:
 
     def held_out(self, after: dict | None) -> tuple | None:
         """(stat, name, before, after) for the curves, when the task names the batch stat its headline number matches."""
-        pair = getattr(self.task, "held_out_panel", None)  # e.g. ("env/accuracy", "pass@1")
+        pair = held_out_panel(self.task)  # e.g. ("env/accuracy", "pass@1")
         if pair is None:
             return None
         stat, key = pair
@@ -260,7 +260,7 @@ class Run:
         t_it = time.perf_counter()
         prompts = self.algo.prompts(it)
         if self.sampling is None:
-            sample = getattr(self.task, "rollout", rollout)  # a task may bring its own (Part 9: multi-turn, with a tool)
+            sample = own_rollout(self.task) or rollout  # a task may bring its own (Part 9: multi-turn, with a tool)
             batch = sample(self.policy.lm, self.tok, [p.text for p in prompts], max_new_tokens=a.max_new_tokens,
                            temperature=a.temperature, generator=self.generator, chunk=self.rollout_chunk)
             scores = self.task.score(prompts, batch).to(self.device)

@@ -21,14 +21,28 @@ The loop (``workbook/loop/run.py``) never looks inside a task; it calls, in this
 - ``task.preference_pairs() -> (train, heldout)``: lists of (prompt, chosen, rejected) texts,
   for DPO; a task without pairs raises :class:`~workbook.runs.ConfigError` (``--algo``).
 
+That is :class:`Task`, which every task fills. Two more members are optional, each with its own
+small interface, and the loop asks for them in one place each (:func:`own_rollout`,
+:func:`held_out_panel`) rather than a task carrying a placeholder:
+
+- :class:`OwnRollout`, ``task.rollout(lm, tok, texts, max_new_tokens=, temperature=, generator=,
+  chunk=) -> Rollout``: a task that writes its own responses (Part 9's calculator: multi-turn
+  episodes with a tool, ``masks`` marking the model's tokens). The loop and Part 10's samplers call
+  it instead of the one-turn sampling (``workbook.rlhf.data.rollout``) every other task gets.
+  (Defined beside that sampling, in ``workbook/rlhf/data.py``, where the samplers can reach it.)
+- :class:`HeldOutPanel`, ``task.held_out_panel = (batch stat, headline key)``: the per-iteration
+  statistic that the held-out headline number matches (the reasoning tasks: ``env/accuracy`` and
+  ``pass@1``); the curves mark that number before and after training on the stat's panel.
+
 **A prompt may carry an answer.** :class:`Prompt` is ``(text, answer)``; the review task's
-answers are None. A task with verifiable rewards (Part 7's reasoning task, ``workbook/reason``)
-plugs in as follows, with nothing in the loop or the algorithms changed:
+answers are None. A task with verifiable rewards (``verifiable.py``: Part 7's reasoning task on
+``workbook/reason``'s arithmetic, Part 9's calculator task) plugs in as follows, with nothing in
+the loop or the algorithms changed:
 
 - its problems ``Problem(prompt, answer)`` become ``Prompt(problem.prompt, problem.answer)``;
   ``batch`` draws fresh training problems (``make_problems(task, "train", n, seed)``) and
-  ``eval_prompts`` the held-out ones (``split="test"``, never seen in pretraining or training);
-- ``score`` is the learner's ``reasoning_reward(completion, answer)`` per response (the
+  ``eval_prompts`` the held-out ones (``split="eval"``, never seen in pretraining or training);
+- ``score`` is the learner's ``answer_reward(completions, answers)`` over the responses (each
   completion is ``tok.decode(response)``, without the prompt), so the reward needs no model;
 - group algorithms sample ``G`` completions per problem as above; dynamic sampling (DAPO: keep
   only groups whose rewards differ) is the algorithm's business, not the task's;
@@ -49,13 +63,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
 
 from workbook.lm.metrics import distinct_n
-from workbook.rlhf.data import REVIEW_PROMPTS, Rollout
+from workbook.rlhf.data import REVIEW_PROMPTS, OwnRollout, Rollout, own_rollout  # noqa: F401 (the optional rollout, here with the rest)
 from workbook.rlhf.evaluate import evaluate
 from workbook.rlhf.rewards import check_reward, missing_eos_scores
 
@@ -87,6 +101,19 @@ class Task(Protocol):
                  temperature: float, max_new_tokens: int, seed: int) -> dict: ...
 
     def preference_pairs(self) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]: ...
+
+
+@runtime_checkable
+class HeldOutPanel(Protocol):
+    """A task whose held-out headline number matches one of its batch statistics; see the module docstring."""
+
+    held_out_panel: tuple[str, str]
+    """(batch stat, headline key), e.g. ``("env/accuracy", "pass@1")``."""
+
+
+def held_out_panel(task: Task) -> tuple[str, str] | None:
+    """``task``'s (batch stat, headline key) pair (a :class:`HeldOutPanel`), or None when it has none."""
+    return task.held_out_panel if isinstance(task, HeldOutPanel) else None
 
 
 # The classic TRL task (examples/notebooks/gpt2-sentiment): GPT-2 continues IMDB review openers,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Callable, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -12,13 +12,12 @@ from torch import Tensor, nn
 from workbook.lm.corpus import review_prompts
 from workbook.lm.model import GPT
 from workbook.lm.tokenizer import CharTokenizer, pad_batch
+from workbook.runs import load_part
 
 
 def load_part3(impl: str) -> ModuleType:
     """``exercises.part3_rlhf`` or ``solutions.part3_rlhf``."""
-    if impl not in ("exercises", "solutions"):
-        raise ValueError(f"--impl must be 'exercises' or 'solutions', got {impl!r}")
-    return importlib.import_module(f"{impl}.part3_rlhf")
+    return load_part(impl, "part3_rlhf")
 
 
 def encode_queries(prompts: list[str], tok: CharTokenizer) -> list[Tensor]:
@@ -73,6 +72,25 @@ def rollout(lm: GPT, tok: CharTokenizer, prompts: list[str], *, max_new_tokens: 
     if sampler_logprobs:
         batch.sampler_logprobs = nn.utils.rnn.pad_sequence(logprobs, batch_first=True)
     return batch
+
+
+@runtime_checkable
+class OwnRollout(Protocol):
+    """A task that writes its own responses instead of :func:`rollout`'s one turn (Part 9: multi-turn, with a tool).
+
+    The LM loop (``workbook/loop/task.py``) and Part 10's samplers call it through
+    :func:`own_rollout`. ``texts``: the prompts' texts, in the batch's order. It returns a
+    :class:`Rollout` as :func:`rollout` makes one, with ``masks`` where some response tokens are
+    not the model's, and draws only from ``generator``.
+    """
+
+    def rollout(self, lm: nn.Module, tok, texts: list[str], *, max_new_tokens: int, temperature: float,
+                generator: torch.Generator, chunk: int) -> Rollout: ...
+
+
+def own_rollout(task) -> Callable[..., Rollout] | None:
+    """``task``'s own rollout (an :class:`OwnRollout`), or None when it takes :func:`rollout`'s one turn."""
+    return task.rollout if isinstance(task, OwnRollout) else None
 
 
 def prompt_batch(batch_size: int, seed: int, iteration: int) -> list[str]:
