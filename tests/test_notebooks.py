@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import io
 import json
 import os
 import re
@@ -301,3 +302,45 @@ def test_make_notebooks_refuses_to_replace_a_notebook_holding_work(tmp_path):
     assert make_notebooks.holds_work(notebook, part) == ["calc_entropy_bonus"]
     assert make_notebooks.stale_cells(notebook, make_notebooks.build(part), part) == [], "a learner's body is not staleness"
     assert make_notebooks.holds_work(make_notebooks.build(part), part) == []
+
+
+# --- a training cell's error line ---------------------------------------------------------------
+
+def test_a_training_cells_error_line_wraps_at_word_boundaries(capsys, monkeypatch):
+    """The command's one-line error, in a notebook: the same words, none split, each line fits an output area."""
+    from workbook import notebook as wb
+    from workbook.cartpole.train import main
+
+    monkeypatch.chdir(ROOT)
+    assert main(["--set", "no_such_field=1"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("error: --set: ") and "\n" not in line and len(line) > 2 * wb.ERROR_WIDTH, line
+    wb.train("cartpole", set=["no_such_field=1"])
+    out, err = capsys.readouterr()
+    assert wb.last_exit_code == 2 and "error:" not in out, out
+    lines = err.rstrip("\n").split("\n")
+    assert len(lines) > 1 and lines[0].startswith("error: --set: ") and all(l.startswith("    ") for l in lines[1:]), err
+    assert all(len(l) <= wb.ERROR_WIDTH for l in lines), err
+    assert " ".join(err.split()) == " ".join(line.split()), "words are split, lost or added"
+    assert [w for l in lines for w in l.split()] == line.split()
+
+
+@pytest.mark.parametrize("pieces", [
+    ["error: a b c\n"], ["e", "rr", "or: a b c", "\n"], ["error: a b c", "\n", "next\n"]])
+def test_error_lines_are_held_only_while_they_may_be_errors(pieces):
+    from workbook import notebook as wb
+
+    stream = io.StringIO()
+    wrapped = wb._ErrorLines(stream)
+    for piece in ["50%|###  \r", "ok ", "error: not at a line start\n", *pieces]:
+        wrapped.write(piece)
+        if piece == "50%|###  \r":
+            assert stream.getvalue() == piece, "a progress bar's update goes through at once"
+    wrapped.release()
+    assert stream.getvalue() == "".join(["50%|###  \r", "ok error: not at a line start\n", *pieces])
+    long = "error: x: " + " ".join(["word"] * 40) + "\n"
+    before = stream.getvalue()
+    wrapped.write(long[:30])
+    assert stream.getvalue() == before, "an error line is held until it ends"
+    wrapped.write(long[30:])
+    assert stream.getvalue() == before + wb.wrap_error(long.strip()) + "\n" and "\n    word" in stream.getvalue()
