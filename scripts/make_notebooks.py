@@ -30,13 +30,46 @@ from workbook.notebook import functions_of, is_unwritten  # noqa: E402
 from workbook.runs import ConfigError, command  # noqa: E402
 
 NOTEBOOKS = ROOT / "notebooks"
-REPO = "ppo-rlhf-workbook/ppo-rlhf-workbook"
-"""owner/name on GitHub: a placeholder until the workbook is published (Colab links and the clone use it)."""
-REPO_URL = f"https://github.com/{REPO}"
+README = ROOT / "README.md"
+PUBLIC_REPO: str | None = None
+"""The workbook's public GitHub repository, "owner/name"; None until it has one.
+
+The one switch for everything that points at it: with None, no "Open in Colab" badge or link is
+written (a link to a repository that does not exist is a 404), and the setup cell on Colab asks
+for the workbook's folder to be uploaded. Set it to "owner/name", run this script, and it puts the
+badge back at the top of every notebook, the [Colab] link in the README's notebook column (this
+script writes that column: the rows of the README's table that link notebooks/<part>.ipynb), the
+link to Part 0 on GitHub, and a `git clone` of the repository in the setup cell on Colab. Then
+update docs/notebooks.md's "Colab" section.
+"""
 
 
-def colab_url(part: str) -> str:
-    return f"https://colab.research.google.com/github/{REPO}/blob/main/notebooks/{part}.ipynb"
+def repo_url() -> str | None:
+    return f"https://github.com/{PUBLIC_REPO}" if PUBLIC_REPO else None
+
+
+def colab_url(part: str) -> str | None:
+    return (f"https://colab.research.google.com/github/{PUBLIC_REPO}/blob/main/notebooks/{part}.ipynb"
+            if PUBLIC_REPO else None)
+
+
+def notebook_links(part: str) -> str:
+    """The README table's notebook cell for ``part``."""
+    local = f"[.ipynb](notebooks/{part}.ipynb)"
+    return f"{local}, [Colab]({colab_url(part)})" if PUBLIC_REPO else local
+
+
+def readme_text(text: str) -> str:
+    """``text`` (the README) with each table row that links notebooks/<part>.ipynb ending in :func:`notebook_links`."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        found = re.search(r"\(notebooks/(part\w+)\.ipynb\)", line)
+        if line.startswith("|") and found:
+            body = line.rstrip("\n").rstrip().removesuffix("|").rstrip()
+            head = body[:body.rindex("|")]
+            line = f"{head}| {notebook_links(found.group(1))} |\n"
+        out.append(line)
+    return "".join(out)
 
 
 # Part 0's sections per part: (read first, keep open while writing). Parts 1-6 as in Part 0's reading guide.
@@ -94,7 +127,7 @@ def section_links(numbers: list[int]) -> str:
     sections = part0_sections()
     missing = [n for n in numbers if n not in sections]
     if missing:
-        raise KeyError(f"part0_theory.md has no section(s) {missing}")
+        raise ConfigError("part0_theory.md", f"has no section(s) {missing} (READING names them); nothing was written")
     return ", ".join(f"[§{n} {sections[n][0]}](../part0_theory.md#{sections[n][1]})" for n in numbers)
 
 
@@ -113,16 +146,25 @@ def _cell(kind: str, source: str, cell_id: str) -> dict:
 
 
 def setup_source(part: str) -> str:
-    return f'''# Setup. On Colab: fetch the workbook and its CPU dependencies first (untested there; docs/notebooks.md).
+    fetch = (f'''    if not found:  # the first run on Colab: fetch the workbook
+        subprocess.run(["git", "clone", "--depth", "1", "{repo_url()}", "/content/workbook"], check=True)
+        found = [Path("/content/workbook")]
+''' if PUBLIC_REPO else '''    if not found:
+        raise SystemExit("On Colab, upload the workbook's folder first, then run this cell again: "
+                         "docs/notebooks.md, section Colab")
+''')
+    return f'''# Setup: run this cell first. On Colab it installs the workbook (untested there; docs/notebooks.md, Colab).
 import subprocess, sys
 from pathlib import Path
 
-if "google.colab" in sys.modules and not Path("/content/workbook").exists():
-    subprocess.run(["git", "clone", "--depth", "1", "{REPO_URL}", "/content/workbook"], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "torch",
-                    "--index-url", "https://download.pytorch.org/whl/cpu"], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-e", "/content/workbook"], check=True)
-here = Path("/content/workbook") if "google.colab" in sys.modules else Path.cwd()
+if "google.colab" in sys.modules:  # the workbook's folder in /content, pip-installed once per runtime
+    found = [p for p in [Path("/content"), *sorted(Path("/content").glob("*")), *sorted(Path("/content").glob("*/*"))]
+             if (p / "exercises").is_dir() and (p / "workbook").is_dir()]
+{fetch}    if subprocess.run([sys.executable, "-m", "pip", "show", "-q", "ppo-rlhf-workbook"]).returncode != 0:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-e", str(found[0])], check=True)
+    here = found[0]
+else:
+    here = Path.cwd()
 root = next(p for p in [here, *here.parents] if (p / "exercises").is_dir() and (p / "workbook").is_dir())
 sys.path.insert(0, str(root))  # this checkout's workbook and exercises, whatever else is installed
 
@@ -155,6 +197,61 @@ def chunks(source: str, exercises: set[str]) -> list[tuple[str, str, str]]:
     return merged
 
 
+RULE = re.compile(r"^#\s*-{3,}\s*$")
+TITLED_RULE = re.compile(r"^#\s*-{2,}\s+(.+?)\s+-{3,}\s*$")
+
+
+def sections(text: str) -> list[tuple[str | None, str]]:
+    """Given code split at its banner comments: (banner title or None, the text under it up to the next banner).
+
+    A banner is ``# --- title ---`` or a ``# ---`` rule, ``# Title``, ``# ---`` rule.
+    """
+    lines = text.splitlines(keepends=True)
+    out: list[tuple[str | None, list[str]]] = [(None, [])]
+    i = 0
+    while i < len(lines):
+        line = lines[i].rstrip("\n")
+        titled = TITLED_RULE.match(line)
+        if titled:
+            out.append((titled.group(1), []))
+            i += 1
+        elif (RULE.match(line) and i + 2 < len(lines) and RULE.match(lines[i + 2].rstrip("\n"))
+              and lines[i + 1].startswith("#")):
+            out.append((lines[i + 1].lstrip("#").strip(), []))
+            i += 3
+        else:
+            out[-1][1].append(lines[i])
+            i += 1
+    return [(title, "".join(body).strip("\n")) for title, body in out if title or "".join(body).strip()]
+
+
+def only_comments(text: str) -> bool:
+    return all(line.lstrip().startswith("#") for line in text.splitlines() if line.strip())
+
+
+def comment_prose(text: str) -> str:
+    """Comment lines as Markdown text: the ``#`` gone, a blank line between paragraphs kept."""
+    return "\n".join(re.sub(r"^\s*#\s?", "", line) for line in text.splitlines())
+
+
+def given_markdown(part: str, text: str) -> str:
+    """The markdown cell of a piece of given code: each banner a heading, comments alone as text, code as a block."""
+    out, said = [], False
+    for title, body in sections(text):
+        if title:
+            out.append(f"## {title[0].upper()}{title[1:]}")
+        if not body.strip():
+            continue
+        if only_comments(body):
+            out.append(comment_prose(body))
+            continue
+        if not said:
+            out.append(f"Given code from `exercises/{part}.py` (not an exercise; read it, don't run it):")
+            said = True
+        out.append(f"```python\n{body}\n```")
+    return "\n\n".join(out)
+
+
 def build(part: str) -> dict:
     """The notebook of ``part`` as a JSON-ready dict (deterministic: same inputs, same bytes)."""
     path = ROOT / "exercises" / f"{part}.py"
@@ -164,9 +261,13 @@ def build(part: str) -> dict:
     title, _, rest = docstring.strip().partition("\n")
     title = title.rstrip(".")
     first, keep = READING[part]
-    intro = (f"# {title}\n\n[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(part)})\n\n"
+    badge = (f"[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(part)})\n\n"
+             if PUBLIC_REPO else "")
+    on_colab = (f"[on GitHub]({repo_url()}/blob/main/part0_theory.md)" if PUBLIC_REPO
+                else "`part0_theory.md` in the workbook's folder")
+    intro = (f"# {title}\n\n{badge}"
              f"**Read first** in Part 0: {section_links(first)}. **Keep open:** {section_links(keep)}. "
-             f"(On Colab, Part 0 is [on GitHub]({REPO_URL}/blob/main/part0_theory.md).)\n\n"
+             f"(On Colab, Part 0 is {on_colab}.)\n\n"
              "How this notebook works:\n\n"
              f"- `exercises/{part}.py` is the graded file; this notebook is a view of it. Running an exercise cell "
              "(`%%exercise NAME`) writes its definition into that file, so `pytest` and `python -m workbook grade` "
@@ -180,8 +281,7 @@ def build(part: str) -> dict:
     number = 0
     for i, (kind, text, name) in enumerate(chunks(source, set(worth))):
         if kind == "given":
-            cells.append(_cell("markdown", f"Given code from `exercises/{part}.py` (not an exercise; read it, "
-                                           f"don't run it):\n\n```python\n{text}```", f"given-{i}"))
+            cells.append(_cell("markdown", given_markdown(part, text), f"given-{i}"))
             continue
         number += 1
         pts = worth[name]
@@ -278,9 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="replace notebooks holding written exercises (backed up)")
     args = parser.parse_args(argv)
     stale = []
-    for part in parts():
+    built = {part: build(part) for part in parts()}  # every one first: a missing Part 0 section stops before any is written
+    for part, wanted in built.items():
         target = NOTEBOOKS / f"{part}.ipynb"
-        wanted = build(part)
         existing = json.loads(target.read_text()) if target.exists() else None
         if args.check:
             problems = ["missing"] if existing is None else stale_cells(existing, wanted, part)
@@ -297,6 +397,13 @@ def main(argv: list[str] | None = None) -> int:
         NOTEBOOKS.mkdir(exist_ok=True)
         target.write_text(dumps(wanted))
         print(f"wrote {target.relative_to(ROOT)}")
+    readme = README.read_text()
+    if readme_text(readme) != readme:
+        if args.check:
+            stale.append("README.md: its table's notebook column is not what PUBLIC_REPO gives")
+        else:
+            README.write_text(readme_text(readme))
+            print("wrote README.md (the notebook column)")
     if stale:
         print("\n".join(stale) + "\nregenerate with: python scripts/make_notebooks.py")
         return 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import io
 import json
 import os
 import re
@@ -52,6 +53,54 @@ def test_notebooks_are_current():
         existing = json.loads((ROOT / "notebooks" / f"{part}.ipynb").read_text())
         problems = make_notebooks.stale_cells(existing, make_notebooks.build(part), part)
         assert not problems, f"notebooks/{part}.ipynb: {problems}; regenerate with python scripts/make_notebooks.py"
+    readme = (ROOT / "README.md").read_text()
+    assert make_notebooks.readme_text(readme) == readme, "README's notebook column: python scripts/make_notebooks.py"
+    assert all(f"(notebooks/{part}.ipynb)" in readme for part in PARTS), "a README row per notebook"
+
+
+def test_no_colab_link_until_the_workbook_has_a_public_address_then_one_setting_adds_them(monkeypatch):
+    """A link to a repository that does not exist is a 404: none while PUBLIC_REPO is None; setting it adds them all."""
+    assert make_notebooks.PUBLIC_REPO is None, "published? then update docs/notebooks.md's Colab section and this test"
+    readme = (ROOT / "README.md").read_text()
+    for text in [readme, *(json.dumps(make_notebooks.build(p)) for p in PARTS),
+                 *((ROOT / "notebooks" / f"{p}.ipynb").read_text() for p in PARTS)]:
+        assert "colab.research.google.com" not in text and "github.com/" not in text
+    assert all(ast.parse("".join(make_notebooks.build(p)["cells"][1]["source"])) for p in PARTS), "the setup cell parses"
+    monkeypatch.setattr(make_notebooks, "PUBLIC_REPO", "someone/workbook")
+    published = make_notebooks.readme_text(readme)
+    for part in PARTS:
+        url = f"https://colab.research.google.com/github/someone/workbook/blob/main/notebooks/{part}.ipynb"
+        row = next(line for line in published.splitlines() if f"(notebooks/{part}.ipynb)" in line)
+        assert row.endswith(f"[.ipynb](notebooks/{part}.ipynb), [Colab]({url}) |"), row
+        notebook = make_notebooks.build(part)
+        intro, setup = ("".join(c["source"]) for c in notebook["cells"][:2])
+        assert f"colab-badge.svg)]({url})" in intro and "https://github.com/someone/workbook/blob/main/part0_theory.md" in intro
+        assert '"https://github.com/someone/workbook", "/content/workbook"' in setup and ast.parse(setup)
+        assert make_notebooks.stale_cells(json.loads((ROOT / "notebooks" / f"{part}.ipynb").read_text()), notebook, part)
+    def without_notebook_cells(text: str) -> list[str]:
+        return [line.split("| [.ipynb](")[0] for line in text.splitlines()]
+
+    assert published.count("[Colab](") == len(PARTS) and without_notebook_cells(published) == without_notebook_cells(readme)
+    monkeypatch.setattr(make_notebooks, "PUBLIC_REPO", None)
+    assert make_notebooks.readme_text(published) == readme
+
+
+def test_a_banner_comment_is_a_heading_never_a_cell_of_its_own():
+    """Given code's `# --- title ---` banners become Markdown headings; comments alone become text, not a code block."""
+    given = ("import torch\n\n# ------------\n# The first part\n# ------------\n\n"
+             "# --- the second part ------------\n\n# A note on what follows,\n#\n# in two paragraphs.\n\n"
+             "# --- the third part -----------\nX = 1  # kept with its code\n")
+    assert make_notebooks.given_markdown("partX", given) == (
+        "Given code from `exercises/partX.py` (not an exercise; read it, don't run it):\n\n```python\nimport torch\n```"
+        "\n\n## The first part\n\n## The second part\n\nA note on what follows,\n\nin two paragraphs.\n\n"
+        "## The third part\n\n```python\nX = 1  # kept with its code\n```")
+    for part in PARTS:
+        for cell in make_notebooks.build(part)["cells"]:
+            text = "".join(cell["source"])
+            blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL) if cell["cell_type"] == "markdown" else [text]
+            for block in blocks:
+                assert not make_notebooks.only_comments(block), f"{part} {cell['id']}: only comments:\n{block}"
+                assert not re.search(r"^#\s*-{3,}", block, re.MULTILINE), f"{part} {cell['id']}: a banner left in code"
 
 
 def test_a_changed_docstring_makes_the_notebook_stale():
@@ -301,3 +350,69 @@ def test_make_notebooks_refuses_to_replace_a_notebook_holding_work(tmp_path):
     assert make_notebooks.holds_work(notebook, part) == ["calc_entropy_bonus"]
     assert make_notebooks.stale_cells(notebook, make_notebooks.build(part), part) == [], "a learner's body is not staleness"
     assert make_notebooks.holds_work(make_notebooks.build(part), part) == []
+
+
+# --- a training cell's error line ---------------------------------------------------------------
+
+def test_a_training_cells_error_line_wraps_at_word_boundaries(capsys, monkeypatch):
+    """The command's one-line error, in a notebook: the same words, none split, each line fits an output area."""
+    from workbook import notebook as wb
+    from workbook.cartpole.train import main
+
+    monkeypatch.chdir(ROOT)
+    assert main(["--set", "no_such_field=1"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("error: --set: ") and "\n" not in line and len(line) > 2 * wb.ERROR_WIDTH, line
+    wb.train("cartpole", set=["no_such_field=1"])
+    out, err = capsys.readouterr()
+    assert wb.last_exit_code == 2 and "error:" not in out, out
+    lines = err.rstrip("\n").split("\n")
+    assert len(lines) > 1 and lines[0].startswith("error: --set: ") and all(l.startswith("    ") for l in lines[1:]), err
+    assert all(len(l) <= wb.ERROR_WIDTH for l in lines), err
+    assert " ".join(err.split()) == " ".join(line.split()), "words are split, lost or added"
+    assert [w for l in lines for w in l.split()] == line.split()
+
+
+@pytest.mark.parametrize("pieces", [
+    ["error: a b c\n"], ["e", "rr", "or: a b c", "\n"], ["error: a b c", "\n", "next\n"]])
+def test_error_lines_are_held_only_while_they_may_be_errors(pieces):
+    from workbook import notebook as wb
+
+    stream = io.StringIO()
+    wrapped = wb._ErrorLines(stream)
+    for piece in ["50%|###  \r", "ok ", "error: not at a line start\n", *pieces]:
+        wrapped.write(piece)
+        if piece == "50%|###  \r":
+            assert stream.getvalue() == piece, "a progress bar's update goes through at once"
+    wrapped.release()
+    assert stream.getvalue() == "".join(["50%|###  \r", "ok error: not at a line start\n", *pieces])
+    long = "error: x: " + " ".join(["word"] * 40) + "\n"
+    before = stream.getvalue()
+    wrapped.write(long[:30])
+    assert stream.getvalue() == before, "an error line is held until it ends"
+    wrapped.write(long[30:])
+    assert stream.getvalue() == before + wb.wrap_error(long.strip()) + "\n" and "\n    word" in stream.getvalue()
+
+
+def test_the_setup_cell_on_colab_finds_the_uploaded_folder_installs_it_once_or_says_to_upload_it(tmp_path, monkeypatch):
+    """The Colab branch of the setup cell, with /content a temporary folder, Colab faked and pip recorded."""
+    import subprocess
+    import types
+
+    setup = "".join(make_notebooks.build("part1_ppo_core")["cells"][1]["source"]).replace("/content", str(tmp_path))
+    head = setup.split("from workbook import notebook")[0]
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: calls.append(argv) or types.SimpleNamespace(returncode=1))
+    with pytest.raises(SystemExit, match="upload the workbook's folder first"):
+        exec(head, {})
+    assert calls == []
+    folder = tmp_path / "workbook" / "ppo-rlhf-workbook-main"  # a zip of the folder itself, unzipped into workbook/
+    (folder / "exercises").mkdir(parents=True)
+    (folder / "workbook").mkdir()
+    (tmp_path / "sample_data").mkdir()
+    scope = {}
+    exec(head, scope)
+    assert scope["root"] == folder and sys.path[0] == str(folder)
+    assert calls[-1][-3:] == ["--quiet", "-e", str(folder)], calls

@@ -32,6 +32,7 @@ import shlex
 import signal
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -353,7 +354,8 @@ def train(command: str, *argv: str, **options) -> None:
     print(f"$ python -m workbook {command} {shlex.join(args)}", flush=True)
     os.chdir(ROOT)
     module = importlib.import_module(COMMANDS[command][0])
-    code = module.main(args) or 0
+    with _error_lines_wrapped():
+        code = module.main(args) or 0
     shown = show_curves(runs, before)
     if code == 130:
         print(f'interrupted: continue it here with wb.train("{command}", resume="RUN_DIR") (the folder above)')
@@ -361,6 +363,77 @@ def train(command: str, *argv: str, **options) -> None:
         print(f"(no curves found under {runs}/)")
     global last_exit_code
     last_exit_code = code  # not returned: a notebook would print it under the curves
+
+
+ERROR_WIDTH = 88
+"""Column at which a training cell's ``error: ...`` line is wrapped (a notebook wraps a long line anywhere, mid-word)."""
+
+
+def wrap_error(line: str, width: int = ERROR_WIDTH) -> str:
+    """An ``error: ...`` line wrapped at word boundaries, continuation lines indented (no word is ever split).
+
+    The command line prints the error as one line; an output area of Jupyter breaks a long line at
+    its right edge wherever that falls (``word-break: break-all``), so a path or an option name
+    could be cut in two. Wrapped here first, every line fits an ordinary output area whole.
+    """
+    return textwrap.fill(line, width, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
+
+
+class _ErrorLines:
+    """A text stream passing everything through, except that a line starting ``error: `` is written wrapped (:func:`wrap_error`).
+
+    Text is held only while the line so far could still become an error line, so progress bars
+    (``\\r`` updates) and other output go through at once.
+    """
+
+    PREFIX = "error: "
+
+    def __init__(self, stream):
+        self.stream, self.held, self.mid_line = stream, "", False
+
+    def write(self, text: str) -> int:
+        for piece in text.splitlines(keepends=True):
+            if self.mid_line:
+                self.stream.write(piece)
+            else:
+                line = self.held + piece
+                ended = line.endswith(("\n", "\r"))
+                if line.startswith(self.PREFIX) and ended:
+                    self.stream.write(wrap_error(line.rstrip("\r\n")) + "\n")
+                    self.held = ""
+                elif line.startswith(self.PREFIX) or (self.PREFIX.startswith(line) and not ended):
+                    self.held = line  # maybe an error line: wait for its end
+                    continue
+                else:
+                    self.stream.write(line)
+                    self.held = ""
+            self.mid_line = not piece.endswith(("\n", "\r"))
+        return len(text)
+
+    def release(self) -> None:
+        """Write what is held (an unfinished line) as it is."""
+        if self.held:
+            self.stream.write(self.held)
+            self.held, self.mid_line = "", True
+        self.stream.flush()
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name):  # encoding, isatty, fileno, ...: the wrapped stream's
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def _error_lines_wrapped():
+    """sys.stdout and sys.stderr with their ``error: `` lines wrapped at word boundaries, for a training cell."""
+    out, err = _ErrorLines(sys.stdout), _ErrorLines(sys.stderr)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            yield
+    finally:
+        out.release()
+        err.release()
 
 
 def see_part1(impl: str = "exercises") -> None:
