@@ -208,8 +208,9 @@ def run_suite(impl: str, *, paths: list[str], timeout: float, per_test_timeout: 
         progress.poll()
         return proc.returncode
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None:  # interrupted (Ctrl-C): stop it and reap it, no zombie left
             proc.kill()
+            proc.wait()
 
 
 def part_order(part: str) -> tuple[int, str]:

@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar
@@ -120,7 +121,11 @@ def start_suite_on_variants(kinds: str = "variants", jobs: int | None = None) ->
                "--tb=native",  # hundreds of expected failures: pytest's own traceback format costs ~20 ms each
                "-o", "console_output_style=classic", "-W", "ignore"]
         log = (tmp / f"shard{shard}.log").open("w")
-        run.shards.append((subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True), report, log))
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+        # Reaped the moment it ends: results() comes at the end of the session, and a shard done long
+        # before would stay a zombie until then. (Popen.wait is safe from two threads.)
+        threading.Thread(target=proc.wait, name=f"reap-shard{shard}", daemon=True).start()
+        run.shards.append((proc, report, log))
     return run
 
 
@@ -138,6 +143,7 @@ class VariantRun:
                 proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
             log.close()
             for line in report.read_text().splitlines() if report.exists() else []:
                 rec = json.loads(line)
