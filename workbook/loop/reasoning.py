@@ -61,7 +61,8 @@ from workbook.loop.algorithms import ALGORITHMS, given_options
 from workbook.loop.backend import TinyGPT, make_backend, save_policy
 from workbook.loop.calls import check_learner_code
 from workbook.loop.options import LoopArgs, check_loop_args
-from workbook.loop.run import Run, prepare_runs, print_written, readable_floats, train, train_runs
+from workbook.loop.run import Run, readable_floats, train
+from workbook.loop.seeds import prepare_runs, print_written, train_runs
 from workbook.loop.task import Prompt
 from workbook.loop.verifiable import INSTRUCTION, CalculatorTask, ReasoningTask, VerifiableTask, extract_answer  # noqa: F401 (the tasks of this command)
 from workbook.rlhf.data import Rollout

@@ -36,8 +36,9 @@ from workbook.loop import seeds as loop_seeds
 from workbook.loop.algorithms import ALGORITHMS, algo_defaults_help, apply_algo_defaults, given_options
 from workbook.loop.backend import make_backend
 from workbook.loop.options import LoopArgs, check_loop_args
-from workbook.loop.run import Run, prepare_runs, print_written, train_runs
+from workbook.loop.run import Run
 from workbook.loop.run import train as train_loop
+from workbook.loop.seeds import prepare_runs, print_written, train_runs
 from workbook.loop.task import ReviewTask, Task, apply_preset, check_review_options, review_task
 from workbook.runs import ConfigError, command
 

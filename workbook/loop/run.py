@@ -17,22 +17,20 @@ Writes, under ``<runs-dir>/<run name>/``: ``metrics.jsonl`` (every stat of every
 ``samples.jsonl`` (generations every ``--sample-every`` iterations), ``curves.png`` (the task's
 and the algorithm's panels against the iteration), ``summary.json`` (before/after evaluation)
 and the policy (``policy.pt``, loadable with ``workbook.lm.load_checkpoint``; with ``--model``,
-a ``policy/`` folder that ``--model`` loads back). Several ``--seeds`` (:func:`prepare_runs`,
-:func:`train_runs`): one run each, then the command's ``<name>-seeds/`` folder (mean and
-min–max). wandb logs the same stats and a table of samples, offline by default (``wandb sync``
+a ``policy/`` folder that ``--model`` loads back). Several ``--seeds``: one run each, then the
+command's ``<name>-seeds/`` folder (mean and min–max), in ``seeds.py`` with the rest of what a
+command does around its runs. wandb logs the same stats and a table of samples, offline by default (``wandb sync``
 uploads it later).
 
 Owning the run (docs/own_your_runs.md): ``checkpoint.pt`` every ``--checkpoint-every``
 iterations and at the end; Ctrl-C (or SIGTERM) finishes the iteration in progress, saves and
-prints the ``--resume RUN_DIR`` line that continues it exactly (:func:`resume_args`); a NaN or
+prints the ``--resume RUN_DIR`` line that continues it exactly (``options.resume_args``); a NaN or
 inf stops the run after saving the last good iteration (exit 3); ``python -m workbook evaluate
 RUN_DIR`` evaluates it again.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import sys
 import time
@@ -44,7 +42,7 @@ import torch
 from workbook import distributed
 from workbook.async_rl.processes import SamplerTraceback, SamplingStopped
 from workbook.async_rl.sampler import LocalSampling, is_stale_sampling, sampling_line
-from workbook.checkpoints import (CHECKPOINT, INTERRUPTED, LAYOUT, NON_FINITE, Abandoned, AppendLog, StopSignals,
+from workbook.checkpoints import (CHECKPOINT, LAYOUT, Abandoned, AppendLog, StopSignals,
                                   first_non_finite, lm_algorithm_state, load_run, non_finite_weights,
                                   restore_lm_algorithm, rng_state, save, set_rng_state, stop_at_once, write_json)
 from workbook.cli import require
@@ -52,11 +50,11 @@ from workbook.loop.algorithms import ALGORITHMS, make_algorithm
 from workbook.loop.backend import make_backend
 from workbook.loop.curves import save_curves
 from workbook.loop.health import DeadRunWatch, tell
-from workbook.loop.options import LoopArgs, resume_args
+from workbook.loop.options import LoopArgs
 from workbook.loop.task import Task, held_out_panel
 from workbook.rlhf.data import own_rollout, rollout
 from workbook.progress import Progress
-from workbook.runs import check_new_run_dir, discard_new_run, new_run_dir, start_wandb, stub_error, wandb_sync_line
+from workbook.runs import check_new_run_dir, discard_new_run, new_run_dir, start_wandb
 
 
 # --- one run ------------------------------------------------------------------------------------
@@ -417,8 +415,6 @@ class Run:
         return summary
 
 
-
-
 def before_after(task: Task, before: dict, after: dict) -> str:
     """The headline's first number before and after training, on the held-out prompts (the curves' title says it)."""
     key, title, fmt = task.headline[0]
@@ -444,7 +440,6 @@ STALE_PANELS = (("async/staleness", "staleness (updates behind)"),
 
 MAY_BE_NAN = ("env/reward_std",)
 """Logged stats that are legitimately NaN (the std of a one-sample batch); any other NaN or inf stops the run."""
-
 
 
 def train(args: LoopArgs, *, run_class: type[Run], model=None, tok=None, task: Task | None = None, backend=None,
@@ -516,8 +511,6 @@ def train(args: LoopArgs, *, run_class: type[Run], model=None, tok=None, task: T
         return run.finish()
 
 
-
-
 def serve_as_sampler(args: LoopArgs, run_class: type[Run], *, model=None, tok=None, task: Task | None = None, backend=None,
                      pretrain_args=None) -> dict:
     """A torchrun rank ≥ 1 of a ``--samplers N`` run: the learner's model, tokenizer and task, built here; then sample."""
@@ -542,71 +535,3 @@ def readable_floats(values: torch.Tensor) -> list[float]:
     if values.dtype == torch.float64:
         return values.tolist()
     return [float(str(v)) for v in values.detach().float().cpu().numpy().ravel()]
-
-
-def prepare_runs(args: LoopArgs, seeds: list[int], argv: list[str], *, command: str, args_class: type, check,
-                 split_seeds) -> tuple[list[LoopArgs], str | None, dict | None]:
-    """(one Args per run, the seeds' folder or None, the checkpoint to resume or None), every setting checked
-    and no run folder in the way, before anything is loaded or written.
-
-    The command's: ``command``, ``args_class``, ``check`` (its validate) and ``split_seeds(args, seeds)`` ->
-    (one Args per seed with its run name, the seeds' folder or None)."""
-    saved = None
-    if args.resume:
-        args, saved = resume_args(args, seeds, argv, command=command, args_class=args_class, check=check)
-        seeds = [args.seed]
-    require(len(set(seeds)) == len(seeds), "--seeds", f"repeated seed in {seeds}")
-    for seed in seeds:
-        check(dataclasses.replace(args, seed=seed))
-    runs, group = ([args], None) if saved else split_seeds(args, seeds)
-    if os.environ.get("RANK", "0") == "0" and not saved:  # under torchrun, rank 0 alone checks
-        for run in runs:
-            check_new_run_dir(run.runs_dir, run.run_name, run.overwrite)
-        if group:
-            check_new_run_dir(args.runs_dir, group, args.overwrite)
-    return runs, group, saved
-
-
-def train_runs(runs: list[LoopArgs], saved: dict | None, train_one, *, command: str,
-               stub_file: str) -> tuple[int | None, list[dict], dict[int, list[dict]]]:
-    """Train each run with ``train_one(args, resume=)``: (exit status or None when all finished, summaries, histories).
-
-    Ctrl-C, a NaN, a failing rank and an unfilled stub of the learner's each end here in one line."""
-    summaries, histories = [], {}
-    try:
-        for run_args in runs:
-            if len(runs) > 1 and not run_args.quiet and distributed.is_main():
-                print(f"== seed {run_args.seed}: {Path(run_args.runs_dir) / run_args.run_name} ==", flush=True)
-            try:
-                summary = train_one(run_args, resume=saved)
-            except Abandoned:  # a second Ctrl-C before the first iteration finished
-                print(f"{command}: stopped before the first iteration finished; nothing to save", flush=True)
-                return INTERRUPTED, summaries, histories
-            if summary.get("status") in ("interrupted", "non-finite", "failed"):
-                code = {"interrupted": INTERRUPTED, "non-finite": NON_FINITE, "failed": 1}[summary["status"]]
-                return code, summaries, histories
-            summaries.append(summary)
-            if summary["run_dir"]:
-                histories[run_args.seed] = [json.loads(line) for line in
-                                            (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
-    except distributed.Unfinished as error:
-        print(error, file=sys.stderr)
-        return 2, summaries, histories
-    except NotImplementedError as error:  # one line naming the stub, exit status 2 (workbook/runs.py: stub_error)
-        raise stub_error(runs[0].impl, stub_file, getattr(error, "removed", None)) from None
-    return None, summaries, histories
-
-
-
-
-def print_written(summary: dict) -> None:
-    """What the run wrote (the files that are there), where its offline wandb run is, and the next command."""
-    run_dir = Path(summary["run_dir"])
-    names = ["metrics.jsonl", "samples.jsonl", "curves.png", "summary.json", CHECKPOINT, summary.get("policy"), "wandb"]
-    there = [f"{n}/" if (run_dir / n).is_dir() else n for n in names if n and (run_dir / n).exists()]
-    print(f"wrote {run_dir}/: {', '.join(there)}", flush=True)
-    sync = wandb_sync_line(run_dir)
-    if sync:
-        print(sync)
-    print(f"next: python -m workbook evaluate {run_dir}", flush=True)
-
