@@ -289,6 +289,12 @@ def test_importance_weights_of_a_batch_with_one_real_token(impl, ref, mode):
 def test_importance_weights_default_to_sequence_mask_with_cap_3(impl, ref):
     learner, sampler, mask = iw_inputs(7, scale=0.6)
     check_iw(impl, ref, learner, sampler, mask, what=" — the defaults mode='sequence_mask', cap=3.0")
+    # Sequence ratios on both sides of 3 and close to it (2.5, 2.9, 3.1, 3.5): a default cap of 2, 2.9 or 4 shows.
+    ratios = [2.5, 2.9, 3.1, 3.5]
+    sampler = torch.full((4, 2), -1.0, dtype=torch.float64)
+    learner = sampler + torch.tensor([[math.log(r) / 2] * 2 for r in ratios], dtype=torch.float64)
+    check_iw(impl, ref, learner, sampler, torch.ones(4, 2, dtype=torch.bool),
+             what=" — the defaults, sequence ratios 2.5, 2.9, 3.1 and 3.5")
 
 
 @pytest.mark.exercise("importance_weights")
