@@ -344,6 +344,47 @@ def _stub_location(excinfo: pytest.ExceptionInfo) -> str | None:
     return None
 
 
+def _longrepr_replaced(item: pytest.Item, call: pytest.CallInfo) -> bool:
+    """Whether the wrapper below will throw pytest's traceback of this failure away (and write its own).
+
+    The same tests as the wrapper's, in its order: a stub, "wrong answer from", a hung exercise,
+    a jaxtyping error, or an exercise's second or later failure in this run.
+    """
+    excinfo = call.excinfo
+    if excinfo is None or isinstance(excinfo.value, (pytest.skip.Exception, pytest.xfail.Exception)):
+        return False
+    if item.get_closest_marker("xfail") is not None:
+        return False  # the skipping plugin reads the report: leave it pytest's own
+    config = item.config
+    if config.workbook_impl == "exercises" and excinfo.errisinstance(NotImplementedError) and _stub_location(excinfo):
+        return True
+    if str(excinfo.value).startswith("wrong answer from") or excinfo.errisinstance((ExerciseHung, TypeCheckError)):
+        return True
+    if config.workbook_impl in VARIANT_RUNS or not (call.when == "call" or call.when == "setup"):
+        return False
+    found = _exercise_of(item)
+    shown = config.__dict__.get("_workbook_failures_shown", {})
+    return bool(found) and found[:2] in shown and shown[found[:2]][0] != item.nodeid
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_runtest_makereport")
+def pytest_runtest_makereport_without_traceback(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport | None:
+    """pytest's report without its traceback where the wrapper below replaces it anyway.
+
+    pytest's long traceback parses the source file of every frame (``ast``) to find each
+    statement: 0.1 to 0.5 s a failure on 2 cores, so on the stubs (every test fails) it was
+    most of a test file's time. It is thrown away for a stub, a known explanation or an
+    exercise's repeated failure, so it is not made there. The first failure of an exercise
+    keeps pytest's traceback in full.
+    """
+    if not _longrepr_replaced(item, call):
+        return None  # pytest's own
+    sections = [(f"Captured {key} {rwhen}", content) for rwhen, key, content in item._report_sections]
+    return pytest.TestReport(item.nodeid, item.location, dict.fromkeys(item.keywords, 1), "failed",
+                             f"{item.name}\n{call.excinfo.typename}: {call.excinfo.value}", call.when, sections,
+                             call.duration, call.start, call.stop, user_properties=item.user_properties)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
