@@ -332,6 +332,43 @@ def pytest_timeout_set_timer(item: pytest.Item, settings) -> bool | None:
     return True
 
 
+class _StubReached(pytest.skip.Exception):
+    """A stub's NotImplementedError carried out of Hypothesis, which re-raises a skip at once.
+
+    Hypothesis treats any other error as a bug to shrink and explain: on a stub, which fails on
+    every input, that was hundreds of calls and 1 to 2 s per property test for nothing.
+    """
+
+    def __init__(self, error: NotImplementedError) -> None:
+        super().__init__("a stub", pytrace=False)
+        self.error = error
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function):
+    """On the stubs, a Hypothesis test stops at the first stub it reaches (reported as the stub, as before)."""
+    handle = getattr(pyfuncitem.obj, "hypothesis", None)
+    if handle is None or pyfuncitem.config.workbook_impl != "exercises":
+        return (yield)
+    inner = handle.inner_test  # Hypothesis's documented seam for wrapping the test it runs
+
+    def stop_at_a_stub(*args, **kwargs):
+        try:
+            return inner(*args, **kwargs)
+        except NotImplementedError as error:
+            if any(EXERCISES_DIR in Path(frame.f_code.co_filename).parents for frame, _ in traceback.walk_tb(error.__traceback__)):
+                raise _StubReached(error) from None
+            raise
+
+    handle.inner_test = stop_at_a_stub
+    try:
+        return (yield)
+    except _StubReached as reached:
+        raise reached.error from None
+    finally:
+        handle.inner_test = inner
+
+
 # --- results --------------------------------------------------------------------------
 
 def _stub_location(excinfo: pytest.ExceptionInfo) -> str | None:
