@@ -39,6 +39,7 @@ import random
 import signal
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -519,6 +520,7 @@ def _failure_text(call: pytest.CallInfo) -> str:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    _budget_report(terminalreporter, config)
     records = config.workbook_records
     if config.workbook_impl in VARIANT_RUNS:
         results = [r for r in records if r.get("mistake")]
@@ -573,3 +575,48 @@ def _skip_reasons(terminalreporter) -> dict[str, int]:
 
 def _exercise_marked(report: pytest.TestReport) -> bool:
     return "exercise" in getattr(report, "keywords", {})
+
+
+# --- the suite's budget (docs/testing.md) ------------------------------------------------
+
+PART_FILE_BUDGET_S = 7.0
+"""A part's own test file: its tests' seconds, so that ``pytest tests/test_<part>.py`` (start-up included,
+about 3 s) stays within the learner's 10 s."""
+SUITE_BUDGET_S = 240.0
+"""``make test``'s test step, so that ``make test`` with its setup (about a minute) stays within 5 minutes."""
+SLOWEST_FILES = 8
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config._workbook_started = time.perf_counter()
+
+
+def _budget_report(terminalreporter, config: pytest.Config) -> None:
+    """Where this run's seconds went, file by file, against the budget: printed when a run covers several test files.
+
+    Every ``make test`` ends with it, so a part (or a test) that pushes the suite over its budget is seen in the run
+    that adds it, by whoever adds it. Timings are the run's own (a busy machine inflates them all alike); the
+    learner's loop itself is measured by benchmarks/suite_budget.py.
+    """
+    if config.workbook_impl in VARIANT_RUNS or not hasattr(config, "_workbook_started"):
+        return
+    per_file: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                path = report.nodeid.split("::")[0]
+                per_file[path] = per_file.get(path, 0.0) + report.duration
+    if len(per_file) < 2:
+        return
+    wall = time.perf_counter() - config._workbook_started
+    terminalreporter.write_sep("=", "the suite's budget (docs/testing.md)")
+    over = " — OVER BUDGET" if wall > SUITE_BUDGET_S else ""
+    terminalreporter.write_line(f"  this run: {wall:.0f} s; make test's test step has {SUITE_BUDGET_S:.0f} s{over}")
+    terminalreporter.write_line(f"  the {min(SLOWEST_FILES, len(per_file))} slowest test files (seconds of their tests in this run):")
+    for path, seconds in sorted(per_file.items(), key=lambda kv: -kv[1])[:SLOWEST_FILES]:
+        terminalreporter.write_line(f"    {seconds:6.1f} s  {path}")
+    parts = {path: seconds for path, seconds in per_file.items()
+             if Path(path).name.startswith("test_part") and seconds > PART_FILE_BUDGET_S}
+    for path, seconds in sorted(parts.items()):
+        terminalreporter.write_line(f"  over a part's budget ({PART_FILE_BUDGET_S:.0f} s of tests, so that `pytest {path}` stays "
+                                    f"under 10 s): {seconds:.1f} s")
