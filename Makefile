@@ -25,13 +25,18 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# PYTHONDONTWRITEBYTECODE= : Python's default (some shells and containers set it): the suite starts hundreds of
+# Python processes (the meta-run's shards, the commands, the notebook kernels, torchrun's ranks), and without
+# the .pyc files of workbook/, solutions/ and tests/ each one compiles them again (about 1.3 s of CPU each).
+# They go in __pycache__/, which git ignores. --durations=10 and the plugin's budget table end the run with
+# where its seconds went (docs/testing.md, "The suite's budget").
 test: $(VENV)/.installed
-	$(PY) -m pytest --impl=solutions
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest --impl=solutions --durations=10
 
 # Every notebook executed headless in a real kernel: filled with the reference, with the stubs, with a planted
 # mistake, and grade on notebook work (make test checks only that they are current; CI runs both targets).
 test-notebooks: $(VENV)/.installed
-	$(PY) -m pytest --impl=solutions tests/test_notebooks.py --all-notebooks
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest --impl=solutions tests/test_notebooks.py --all-notebooks
 
 main: $(VENV)/.installed
 	$(PY) -m workbook main

@@ -39,6 +39,7 @@ import random
 import signal
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -332,6 +333,43 @@ def pytest_timeout_set_timer(item: pytest.Item, settings) -> bool | None:
     return True
 
 
+class _StubReached(pytest.skip.Exception):
+    """A stub's NotImplementedError carried out of Hypothesis, which re-raises a skip at once.
+
+    Hypothesis treats any other error as a bug to shrink and explain: on a stub, which fails on
+    every input, that was hundreds of calls and 1 to 2 s per property test for nothing.
+    """
+
+    def __init__(self, error: NotImplementedError) -> None:
+        super().__init__("a stub", pytrace=False)
+        self.error = error
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function):
+    """On the stubs, a Hypothesis test stops at the first stub it reaches (reported as the stub, as before)."""
+    handle = getattr(pyfuncitem.obj, "hypothesis", None)
+    if handle is None or pyfuncitem.config.workbook_impl != "exercises":
+        return (yield)
+    inner = handle.inner_test  # Hypothesis's documented seam for wrapping the test it runs
+
+    def stop_at_a_stub(*args, **kwargs):
+        try:
+            return inner(*args, **kwargs)
+        except NotImplementedError as error:
+            if any(EXERCISES_DIR in Path(frame.f_code.co_filename).parents for frame, _ in traceback.walk_tb(error.__traceback__)):
+                raise _StubReached(error) from None
+            raise
+
+    handle.inner_test = stop_at_a_stub
+    try:
+        return (yield)
+    except _StubReached as reached:
+        raise reached.error from None
+    finally:
+        handle.inner_test = inner
+
+
 # --- results --------------------------------------------------------------------------
 
 def _stub_location(excinfo: pytest.ExceptionInfo) -> str | None:
@@ -342,6 +380,47 @@ def _stub_location(excinfo: pytest.ExceptionInfo) -> str | None:
             name = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
             return f"{path.relative_to(ROOT)}::{name}"
     return None
+
+
+def _longrepr_replaced(item: pytest.Item, call: pytest.CallInfo) -> bool:
+    """Whether the wrapper below will throw pytest's traceback of this failure away (and write its own).
+
+    The same tests as the wrapper's, in its order: a stub, "wrong answer from", a hung exercise,
+    a jaxtyping error, or an exercise's second or later failure in this run.
+    """
+    excinfo = call.excinfo
+    if excinfo is None or isinstance(excinfo.value, (pytest.skip.Exception, pytest.xfail.Exception)):
+        return False
+    if item.get_closest_marker("xfail") is not None:
+        return False  # the skipping plugin reads the report: leave it pytest's own
+    config = item.config
+    if config.workbook_impl == "exercises" and excinfo.errisinstance(NotImplementedError) and _stub_location(excinfo):
+        return True
+    if str(excinfo.value).startswith("wrong answer from") or excinfo.errisinstance((ExerciseHung, TypeCheckError)):
+        return True
+    if config.workbook_impl in VARIANT_RUNS or not (call.when == "call" or call.when == "setup"):
+        return False
+    found = _exercise_of(item)
+    shown = config.__dict__.get("_workbook_failures_shown", {})
+    return bool(found) and found[:2] in shown and shown[found[:2]][0] != item.nodeid
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_runtest_makereport")
+def pytest_runtest_makereport_without_traceback(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport | None:
+    """pytest's report without its traceback where the wrapper below replaces it anyway.
+
+    pytest's long traceback parses the source file of every frame (``ast``) to find each
+    statement: 0.1 to 0.5 s a failure on 2 cores, so on the stubs (every test fails) it was
+    most of a test file's time. It is thrown away for a stub, a known explanation or an
+    exercise's repeated failure, so it is not made there. The first failure of an exercise
+    keeps pytest's traceback in full.
+    """
+    if not _longrepr_replaced(item, call):
+        return None  # pytest's own
+    sections = [(f"Captured {key} {rwhen}", content) for rwhen, key, content in item._report_sections]
+    return pytest.TestReport(item.nodeid, item.location, dict.fromkeys(item.keywords, 1), "failed",
+                             f"{item.name}\n{call.excinfo.typename}: {call.excinfo.value}", call.when, sections,
+                             call.duration, call.start, call.stop, user_properties=item.user_properties)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -441,6 +520,7 @@ def _failure_text(call: pytest.CallInfo) -> str:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    _budget_report(terminalreporter, config)
     records = config.workbook_records
     if config.workbook_impl in VARIANT_RUNS:
         results = [r for r in records if r.get("mistake")]
@@ -495,3 +575,48 @@ def _skip_reasons(terminalreporter) -> dict[str, int]:
 
 def _exercise_marked(report: pytest.TestReport) -> bool:
     return "exercise" in getattr(report, "keywords", {})
+
+
+# --- the suite's budget (docs/testing.md) ------------------------------------------------
+
+PART_FILE_BUDGET_S = 7.0
+"""A part's own test file: its tests' seconds, so that ``pytest tests/test_<part>.py`` (start-up included,
+about 3 s) stays within the learner's 10 s."""
+SUITE_BUDGET_S = 240.0
+"""``make test``'s test step, so that ``make test`` with its setup (about a minute) stays within 5 minutes."""
+SLOWEST_FILES = 8
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config._workbook_started = time.perf_counter()
+
+
+def _budget_report(terminalreporter, config: pytest.Config) -> None:
+    """Where this run's seconds went, file by file, against the budget: printed when a run covers several test files.
+
+    Every ``make test`` ends with it, so a part (or a test) that pushes the suite over its budget is seen in the run
+    that adds it, by whoever adds it. Timings are the run's own (a busy machine inflates them all alike); the
+    learner's loop itself is measured by benchmarks/suite_budget.py.
+    """
+    if config.workbook_impl in VARIANT_RUNS or not hasattr(config, "_workbook_started"):
+        return
+    per_file: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                path = report.nodeid.split("::")[0]
+                per_file[path] = per_file.get(path, 0.0) + report.duration
+    if len(per_file) < 2:
+        return
+    wall = time.perf_counter() - config._workbook_started
+    terminalreporter.write_sep("=", "the suite's budget (docs/testing.md)")
+    over = " — OVER BUDGET" if wall > SUITE_BUDGET_S else ""
+    terminalreporter.write_line(f"  this run: {wall:.0f} s; make test's test step has {SUITE_BUDGET_S:.0f} s{over}")
+    terminalreporter.write_line(f"  the {min(SLOWEST_FILES, len(per_file))} slowest test files (seconds of their tests in this run):")
+    for path, seconds in sorted(per_file.items(), key=lambda kv: -kv[1])[:SLOWEST_FILES]:
+        terminalreporter.write_line(f"    {seconds:6.1f} s  {path}")
+    parts = {path: seconds for path, seconds in per_file.items()
+             if Path(path).name.startswith("test_part") and seconds > PART_FILE_BUDGET_S}
+    for path, seconds in sorted(parts.items()):
+        terminalreporter.write_line(f"  over a part's budget ({PART_FILE_BUDGET_S:.0f} s of tests, so that `pytest {path}` stays "
+                                    f"under 10 s): {seconds:.1f} s")
