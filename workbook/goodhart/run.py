@@ -45,13 +45,13 @@ class GoodhartArgs:
 
     impl: Literal["exercises", "solutions"] = "exercises"
     """Whose Part 3 (RewardModel, preference_loss, PPO) and Part 11 (best-of-n, fits, ensembles) run: exercises or solutions."""
-    proxy_pairs: str = "30,300,3000"
+    proxy_pairs: str = "50,500,5000"
     """The proxies' training-set sizes in gold-labelled pairs, comma-separated, ascending (one proxy, one best-of-n curve and one RL run each)."""
     label_noise: float = 0.0
     """Bradley–Terry label noise: P(a ≻ b) = σ((gold_a − gold_b) / this); 0 = the gold's preference, always."""
-    proxy_epochs: float = 2.0
+    proxy_epochs: float = 1.0
     """Passes over a proxy's pairs (at least --proxy-min-steps steps: a proxy of few pairs sees them many times and overfits)."""
-    proxy_min_steps: int = 40
+    proxy_min_steps: int = 60
     """Fewest optimizer steps of a proxy."""
     proxy_batch_size: int = 32
     """Pairs per proxy step."""
@@ -73,16 +73,16 @@ class GoodhartArgs:
     """How the ensemble combines its standardised members: wco (min), uwo (mean − λ·variance) or mean."""
     uwo_lambda: float = 0.5
     """λ of uwo."""
-    rl_iterations: int = 60
+    rl_iterations: int = 40
     """PPO iterations of each RL run."""
     rl_batch_size: int = 64
     """Samples per PPO iteration."""
-    rl_learning_rate: float = 1e-3
-    """PPO's Adam learning rate (high: over-optimisation within a short run)."""
+    rl_learning_rate: float = 2.5e-4
+    """PPO's Adam learning rate (Part 3's)."""
     rl_kl_coef: float = 0.0
     """PPO's KL penalty β (0: none, as Gao et al.'s frontier does not depend on it)."""
-    rl_ent_coef: float = 0.0
-    """PPO's entropy bonus."""
+    rl_ent_coef: float = 0.03
+    """PPO's entropy bonus (Part 3's)."""
     eval_samples: int = 32
     """Held-out prompts of each RL run's before/after evaluation."""
     threads: int = 1
