@@ -161,6 +161,25 @@ def rl_args(a: GoodhartArgs, seed: int, runs: Path, name: str, progress: bool):
                 runs_dir=str(runs), run_name=name, threads=a.threads, quiet=True, progress=progress, sample_every=10)
 
 
+def check_impl(a: GoodhartArgs, part3, part11, lm, tok) -> None:
+    """Call every function of the learner's that the measurement uses once, on tiny inputs, before anything is
+    written: an unfilled stub stops the command with one line and no run folder (not minutes into it)."""
+    from workbook.rlhf.reward_model import encode_texts
+
+    scores = torch.tensor([[0.5, 1.0, 0.0], [1.0, 0.0, 0.5]])
+    part11.best_of_n_kl(2)
+    part11.best_of_n_kl_discrete(torch.tensor([0.5, 0.5]), 2)
+    part11.best_of_n_gold(scores[0], scores[1], 2)
+    part11.gao_peak(*part11.fit_gao(torch.tensor([0.0, 1.0, 2.0]), torch.tensor([0.0, 1.0, 1.5]), "bon")[:2], "bon")
+    part11.fit_gao(torch.tensor([0.0, 1.0, 2.0]), torch.tensor([0.0, 1.0, 1.5]), "rl")
+    if a.ensemble >= 2:
+        part11.ensemble_reward(part11.standardise_proxies(scores, scores), a.ensemble_method, uwo_lambda=a.uwo_lambda)
+    with torch.no_grad():
+        r = part3.RewardModel(lm)(*encode_texts(["a good film", "bad"], tok))
+    part3.preference_loss(r[:1], r[1:])
+    part3.GPTWithValueHead(lm)
+
+
 def run_name(a: GoodhartArgs, seeds: list[int]) -> str:
     return a.run_name or f"goodhart-{a.impl}-seeds{'-'.join(map(str, seeds))}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -382,11 +401,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(a.threads)
     say = (lambda *x: print(*x, flush=True)) if a.progress else (lambda *x: None)
     try:  # the learner's classes exist before anything is written (a missing stub: one line, no folder)
-        load_part3(a.impl)
-        load_part11(a.impl)
+        part3, part11 = load_part3(a.impl), load_part11(a.impl)
     except ImportError as error:
         raise ConfigError("--impl", f"cannot import {a.impl}'s Parts 3 and 11 ({error})") from None
     lm, tok = load_or_pretrain(progress=a.progress)
+    try:
+        check_impl(a, part3, part11, lm, tok)
+    except NotImplementedError:
+        raise stub_error(a.impl, "exercises/part11_goodhart.py") from None
     if not a.resume:
         out = new_run_dir(a.runs_dir, out.name, a.overwrite)
         write_json({"command": COMMAND, "args": asdict(a), "seeds": seeds}, out / "config.json")
