@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     from workbook.rlhf.data import load_part3
 
     torch.set_num_threads(a.threads)
-    say = (lambda *x: print(*x, flush=True)) if a.progress else (lambda *x: None)
+    say = lambda *x: print(*x, flush=True)  # one line per stage (--no-progress turns off the RL runs' bars)
     try:  # the learner's classes exist before anything is written (a missing stub: one line, no folder)
         part3, part11 = load_part3(a.impl), load_part11(a.impl)
     except ImportError as error:
