@@ -114,6 +114,22 @@ def _atari(out: dict) -> tuple[str, bool]:
     return said, out.get("ours_reached_goal") == len(out["seeds"])
 
 
+def _goodhart_fall(seeds: int):
+    def check(out: dict) -> tuple[str, bool]:
+        goal = out["goals"]["1_rl_gold_falls_smallest_proxy"]
+        rows = goal["per_seed"]
+        said = ", ".join(f"seed {r['seed']}: gold +{r['peak_gold']:.2f} at √KL {r['peak_d']:.1f} → {r['final_gold']:+.2f}, "
+                         f"proxy {r['proxy_at_peak']:+.2f} → {r['proxy_final']:+.2f}" for r in rows)
+        return said, len(rows) == seeds and goal["holds"]
+    return check
+
+
+def _goodhart_time(out: dict) -> tuple[str, bool]:
+    t = out["goals"]["4_time"]
+    said = f"whole benchmark {t['wall_s'] / 60:.1f} min, longest RL run {t['longest_rl_run_s']:.0f} s"
+    return said, t["holds"]
+
+
 SOURCES = {
     "base": Source(("benchmarks/base_models.py", "--shipped", "--tasks", "addition", "multiplication", "calculator"), 2),
     "dapo-seed0": Source(("benchmarks/reasoning.py", "--tasks", "addition", "--algos", "dapo", "--seeds", "0",
@@ -122,6 +138,8 @@ SOURCES = {
                       "--no-progress"), 12),
     "cartpole": Source(("benchmarks/cartpole.py", "--vs-cleanrl", "--seeds", "1", "2", "3"), 2),
     "atari": Source(("benchmarks/atari.py", "--seeds", "1", "--concurrent"), 16),
+    "goodhart-seed0": Source(("benchmarks/goodhart.py", "--seeds", "0"), 3),
+    "goodhart-3": Source(("benchmarks/goodhart.py", "--seeds", "0", "1", "2"), 8),
     "agents-3": Source(("benchmarks/agents.py", "--seeds", "0", "1", "2", "--curve-n", "1", "--no-ablation",
                         "--no-progress"), 12),
 }
@@ -153,7 +171,7 @@ CLAIMS = (
 def run_source(name: str, runs_dir: Path) -> dict:
     """Run one benchmark; its JSON last line."""
     argv = list(SOURCES[name].argv)
-    if name.startswith(("dapo", "agents")) or name == "atari":  # the benchmarks that write run folders
+    if name.startswith(("dapo", "agents", "goodhart")) or name == "atari":  # the benchmarks that write run folders
         argv += ["--runs-dir", str(runs_dir / name)]
     print(f"running {' '.join(argv)}  (about {SOURCES[name].minutes:g} min)", flush=True)
     done = subprocess.run([PY, *argv], cwd=ROOT, capture_output=True, text=True, check=False)

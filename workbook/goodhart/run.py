@@ -20,6 +20,7 @@ iteration, with its checkpoint); ``--resume RUN_DIR`` continues from there.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -45,7 +46,7 @@ class GoodhartArgs:
 
     impl: Literal["exercises", "solutions"] = "exercises"
     """Whose Part 3 (RewardModel, preference_loss, PPO) and Part 11 (best-of-n, fits, ensembles) run: exercises or solutions."""
-    proxy_pairs: str = "50,500,5000"
+    proxy_pairs: str = "100,1000,10000"
     """The proxies' training-set sizes in gold-labelled pairs, comma-separated, ascending (one proxy, one best-of-n curve and one RL run each)."""
     label_noise: float = 0.0
     """Bradley–Terry label noise: P(a ≻ b) = σ((gold_a − gold_b) / this); 0 = the gold's preference, always."""
@@ -310,7 +311,8 @@ class Stages:
             args = dataclasses.replace(args, overwrite=True)
         task = m.ProxyTask(scorer, self.gold)
         t0 = time.perf_counter()
-        result = train(args, model=self.lm, tok=self.tok, task=task, progress=progress, resume=resume)
+        # A copy: PPO trains the model it is given in place, and every run starts from the base model.
+        result = train(args, model=copy.deepcopy(self.lm), tok=self.tok, task=task, progress=progress, resume=resume)
         rows = read_metrics(run_dir)
         if rows:
             self.say(f"seed {self.seed}: RL against {name}: {len(rows)} iterations, KL {rows[-1]['objective/kl']:.1f}, "
