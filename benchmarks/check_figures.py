@@ -114,13 +114,20 @@ def _atari(out: dict) -> tuple[str, bool]:
     return said, out.get("ours_reached_goal") == len(out["seeds"])
 
 
-def _goodhart_fall(seeds: int):
+def _goodhart_fall(pairs: int, seeds: int, rise: float):
     def check(out: dict) -> tuple[str, bool]:
-        goal = out["goals"]["1_rl_gold_falls_smallest_proxy"]
-        rows = goal["per_seed"]
-        said = ", ".join(f"seed {r['seed']}: gold +{r['peak_gold']:.2f} at √KL {r['peak_d']:.1f} → {r['final_gold']:+.2f}, "
+        rows = out["goals"]["1_rl_gold_falls_each_proxy"]["per_size"][str(pairs)]
+        said = ", ".join(f"seed {r['seed']}: gold {r['peak_gold']:+.2f} at √KL {r['peak_d']:.1f} → {r['final_gold']:+.2f}, "
                          f"proxy {r['proxy_at_peak']:+.2f} → {r['proxy_final']:+.2f}" for r in rows)
-        return said, len(rows) == seeds and goal["holds"]
+        return said, len(rows) == seeds and all(r["holds"] and r["peak_gold"] >= rise for r in rows)
+    return check
+
+
+def _goodhart_accuracy(ranges: dict[int, tuple[float, float]]):
+    def check(out: dict) -> tuple[str, bool]:
+        acc = {n: [p["heldout_accuracy"] for p in out["proxies"] if p["pairs"] == n] for n in ranges}
+        said = ", ".join(f"{n} pairs: {min(a):.3f}–{max(a):.3f}" for n, a in acc.items())
+        return said, all(a and lo <= min(a) and max(a) <= hi for (lo, hi), a in zip(ranges.values(), acc.values()))
     return check
 
 
@@ -163,6 +170,15 @@ CLAIMS = (
           ("README.md", "docs/agents.md"), "agents-3", _agents, slow=True),
     Claim("cartpole-speed", "ours solves CartPole at least 20× faster than CleanRL's `ppo.py`",
           ("README.md", "docs/cartpole.md"), "cartpole", _cartpole),
+    Claim("goodhart-seed0", "against the 1,000-pair proxy, PPO's gold (VADER) rises by at least 0.2, peaks and falls by "
+          "at least 0.1 while the proxy keeps rising (seed 0)",
+          ("docs/goodhart.md",), "goodhart-seed0", _goodhart_fall(1000, 1, 0.2)),
+    Claim("goodhart-proxies", "the proxies' held-out pair accuracy: 0.50–0.65 at 100 pairs, 0.68–0.80 at 1,000, 0.80–0.90 "
+          "at 10,000", ("docs/goodhart.md",), "goodhart-seed0",
+          _goodhart_accuracy({100: (0.50, 0.65), 1000: (0.68, 0.80), 10000: (0.80, 0.90)})),
+    Claim("goodhart", "against the 1,000-pair proxy, PPO's gold rises by at least 0.2, peaks and falls by at least 0.1 "
+          "while the proxy keeps rising, on every seed", ("docs/goodhart.md",), "goodhart-3",
+          _goodhart_fall(1000, 3, 0.2), slow=True),
     Claim("atari-goal", "Breakout reaches ≥ 8.5 points (5× random play) in 15 minutes on every seed measured",
           ("README.md", "docs/atari.md"), "atari", _atari, slow=True),
 )

@@ -77,13 +77,18 @@ def goals(res: dict, seeds: list[int], sizes: list[int], wall_s: float, rl_walls
         return next(f for f in fits if f["method"] == method and f["proxy_pairs"] == pairs and f["seed"] == seed
                     and f.get("ensemble") == ensemble)
 
-    g1 = []
-    for s in seeds:
-        f = fit("rl", small, s)
-        rise = f["measured_peak_gold"]
-        g1.append({"seed": s, "peak_gold": rise, "peak_d": f["measured_peak_d"], "final_gold": f["final_gold"],
-                   "fall": f["fall"], "proxy_at_peak": f["proxy_at_peak"], "proxy_final": f["proxy_final"],
-                   "holds": f["fall"] >= MARGIN and f["fall"] >= 0.5 * rise and f["proxy_final"] > f["proxy_at_peak"]})
+    def hump(pairs):
+        out = []
+        for s in seeds:
+            f = fit("rl", pairs, s)
+            rise = f["measured_peak_gold"]
+            out.append({"seed": s, "peak_gold": rise, "peak_d": f["measured_peak_d"], "final_gold": f["final_gold"],
+                        "fall": f["fall"], "proxy_at_peak": f["proxy_at_peak"], "proxy_final": f["proxy_final"],
+                        "holds": f["fall"] >= MARGIN and f["fall"] >= 0.5 * rise and f["proxy_final"] > f["proxy_at_peak"]})
+        return out
+
+    g1 = hump(small)
+    humps = {n: hump(n) for n in sizes}
     bon_peak = [{"seed": s, "peak_d": fit("bon", small, s)["measured_peak_d"], "final_d": fit("bon", small, s)["final_d"],
                  "fall": fit("bon", small, s)["fall"]} for s in seeds]
     r2 = [{"method": f["method"], "proxy_pairs": f["proxy_pairs"], "ensemble": f.get("ensemble"), "seed": f["seed"],
@@ -107,6 +112,8 @@ def goals(res: dict, seeds: list[int], sizes: list[int], wall_s: float, rl_walls
                        "holds": g_e > g_s})
     return {
         "1_rl_gold_falls_smallest_proxy": {"per_seed": g1, "holds": all(x["holds"] for x in g1)},
+        "1_rl_gold_falls_each_proxy": {"per_size": humps,
+                                       "holds": {str(n): all(x["holds"] for x in v) for n, v in humps.items()}},
         "1_bon_peak_smallest_proxy": {"per_seed": bon_peak,
                                       "holds": all(x["peak_d"] < x["final_d"] and x["fall"] > 0 for x in bon_peak)},
         "2_r2_curves_with_a_peak": {"rows": r2, "holds": all(x["r2"] >= 0.9 for x in r2 if x["has_peak"])},
