@@ -133,6 +133,29 @@ def _atari(out: dict) -> tuple[str, bool]:
     return said, out.get("ours_reached_goal") == len(out["seeds"])
 
 
+def _goodhart_fall(pairs: int, seeds: int, rise: float):
+    def check(out: dict) -> tuple[str, bool]:
+        rows = out["goals"]["1_rl_gold_falls_each_proxy"]["per_size"][str(pairs)]
+        said = ", ".join(f"seed {r['seed']}: gold {r['peak_gold']:+.2f} at √KL {r['peak_d']:.1f} → {r['final_gold']:+.2f}, "
+                         f"proxy {r['proxy_at_peak']:+.2f} → {r['proxy_final']:+.2f}" for r in rows)
+        return said, len(rows) == seeds and all(r["holds"] and r["peak_gold"] >= rise for r in rows)
+    return check
+
+
+def _goodhart_accuracy(ranges: dict[int, tuple[float, float]]):
+    def check(out: dict) -> tuple[str, bool]:
+        acc = {n: [p["heldout_accuracy"] for p in out["proxies"] if p["pairs"] == n] for n in ranges}
+        said = ", ".join(f"{n} pairs: {min(a):.3f}–{max(a):.3f}" for n, a in acc.items())
+        return said, all(a and lo <= min(a) and max(a) <= hi for (lo, hi), a in zip(ranges.values(), acc.values()))
+    return check
+
+
+def _goodhart_time(out: dict) -> tuple[str, bool]:
+    t = out["goals"]["4_time"]
+    said = f"whole benchmark {t['wall_s'] / 60:.1f} min, longest RL run {t['longest_rl_run_s']:.0f} s"
+    return said, t["holds"]
+
+
 SOURCES = {
     "base": Source(("benchmarks/base_models.py", "--shipped", "--tasks", "addition", "multiplication", "calculator"), 2),
     "dapo-seed0": Source(("benchmarks/reasoning.py", "--tasks", "addition", "--algos", "dapo", "--seeds", "0",
@@ -146,6 +169,8 @@ SOURCES = {
                        "--no-progress"), 17),
     "cartpole": Source(("benchmarks/cartpole.py", "--vs-cleanrl", "--seeds", "1", "2", "3"), 2),
     "atari": Source(("benchmarks/atari.py", "--seeds", "1", "--concurrent"), 16),
+    "goodhart-seed0": Source(("benchmarks/goodhart.py", "--seeds", "0"), 3),
+    "goodhart-3": Source(("benchmarks/goodhart.py", "--seeds", "0", "1", "2"), 8),
     "agents-3": Source(("benchmarks/agents.py", "--seeds", "0", "1", "2", "--curve-n", "1", "--no-ablation",
                         "--no-progress"), 12),
 }
@@ -174,6 +199,15 @@ CLAIMS = (
           "seed and kernel set", ("README.md", "docs/async_rl.md"), "async-3", _stale(3, 3), slow=True),
     Claim("cartpole-speed", "ours solves CartPole at least 20× faster than CleanRL's `ppo.py`",
           ("README.md", "docs/cartpole.md"), "cartpole", _cartpole),
+    Claim("goodhart-seed0", "against the 1,000-pair proxy, PPO's gold (VADER) rises by at least 0.2, peaks and falls by "
+          "at least 0.1 while the proxy keeps rising (seed 0)",
+          ("docs/goodhart.md",), "goodhart-seed0", _goodhart_fall(1000, 1, 0.2)),
+    Claim("goodhart-proxies", "the proxies' held-out pair accuracy: 0.50–0.65 at 100 pairs, 0.68–0.80 at 1,000, 0.80–0.90 "
+          "at 10,000", ("docs/goodhart.md",), "goodhart-seed0",
+          _goodhart_accuracy({100: (0.50, 0.65), 1000: (0.68, 0.80), 10000: (0.80, 0.90)})),
+    Claim("goodhart", "against the 1,000-pair proxy, PPO's gold rises by at least 0.2, peaks and falls by at least 0.1 "
+          "while the proxy keeps rising, on every seed", ("docs/goodhart.md",), "goodhart-3",
+          _goodhart_fall(1000, 3, 0.2), slow=True),
     Claim("atari-goal", "Breakout reaches ≥ 8.5 points (5× random play) in 15 minutes on every seed measured",
           ("README.md", "docs/atari.md"), "atari", _atari, slow=True),
 )
@@ -182,7 +216,7 @@ CLAIMS = (
 def run_source(name: str, runs_dir: Path) -> dict:
     """Run one benchmark; its JSON last line."""
     argv = list(SOURCES[name].argv)
-    if name.startswith(("dapo", "agents", "async")) or name == "atari":  # the benchmarks that write run folders
+    if name.startswith(("dapo", "agents", "async", "goodhart")) or name == "atari":  # the benchmarks that write run folders
         argv += ["--runs-dir", str(runs_dir / name)]
     print(f"running {' '.join(argv)}  (about {SOURCES[name].minutes:g} min)", flush=True)
     done = subprocess.run([PY, *argv], cwd=ROOT, capture_output=True, text=True, check=False)

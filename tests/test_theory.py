@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import math
 import re
 from functools import cache
 from pathlib import Path
@@ -56,6 +57,9 @@ TOPICS = {
          "trust region", "DeepSeek-V3.2", "negative", "k1 in the reward", "k3 in the loss",
          "importance-weighted k3", "other direction", "max(S, L)", "speed-up", "lag", "fixed-lag",
          "free-running", "reproducible", "docs/async_rl.md"],
+    17: ["gold", "proxy", "regressional", "extremal", "causal", "adversarial", "alpha", "beta", "log n − (n−1)/n",
+         "upper bound", "ties", "unbiased", "poor ruler", "WCO", "UWO", "standardised", "KL leash", "early stopping",
+         "held-out gold", "refreshing the reward model", "section 8", "docs/goodhart.md"],
 }
 
 EXERCISE_REF = re.compile(r"`((?:exercises|solutions)/part\d+_\w+\.py)::([\w.]+)`")
@@ -730,3 +734,22 @@ def test_fixed_lag_and_samplers_as_the_text_says():
         assert abs(period(1.0 * n, 1.0, n, n) - 1.0) < 1e-9  # max(S/N, L) with lag N ...
         assert period(1.0 * n, 1.0, n, n - 1) > 1.0 + 1e-6  # ... and not with less
     assert "the lag becomes about $N$" in text and "lag 1 is enough" in text
+
+
+# --- worked example (§17): best-of-n's KL, analytic and exact over a few equally likely outcomes ----
+
+def test_worked_example_best_of_n_kl_matches_reference():
+    part11 = importlib.import_module("solutions.part11_goodhart")
+    rows = table_after("best-of-n-kl")
+    header, body = rows[0], rows[1:]
+    assert header == ["n", "log n − (n−1)/n", "√ of it", "exact, 4 equally likely outcomes"], header
+    for row in body:
+        n = int(row[0])
+        analytic = part11.best_of_n_kl(n)
+        assert_printed(row[1], analytic, f"log n − (n−1)/n at n={n}")
+        assert_printed(row[2], math.sqrt(analytic), f"its square root at n={n}")
+        exact = part11.best_of_n_kl_discrete(torch.full((4,), 0.25), n)
+        assert_printed(row[3], exact, f"the exact KL of best-of-{n} over 4 equally likely outcomes")
+        assert exact <= analytic + 1e-12 and exact <= math.log(4) + 1e-12, "the text: a bound, capped at log 4"
+    assert [int(r[0]) for r in body] == [1, 2, 4, 16, 64, 1024]
+    assert "$\\log 4 = 1.386$" in sections()[17]

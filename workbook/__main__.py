@@ -16,6 +16,7 @@ COMMANDS = {
     "pretrain": ("workbook.lm.pretrain", "Part 3: pretrain the tiny review GPT (cached)"),
     "rlhf": ("workbook.loop.rlhf", "Part 3: RLHF 'write a positive review' end to end"),
     "reason": ("workbook.loop.reasoning", "Parts 7 and 9: RL with verifiable rewards on arithmetic (--algo dapo|grpo|...), and with a calculator tool (--task calculator)"),
+    "goodhart": ("workbook.goodhart.run", "Part 11: Goodhart measured: proxies of a gold reward, best-of-n and RL against them"),
     "main": ("workbook.main_job", "the main job: grade the reference, train CartPole, run RLHF"),
 }
 

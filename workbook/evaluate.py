@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from workbook.checkpoints import CHECKPOINT, load_run
+from workbook.checkpoints import CHECKPOINT, load_run, run_kind
 from workbook.cli import add_impl_option, make_parser, require_at_least, require_unique_seeds, seed_value
 from workbook.runs import WANDB_MODES, ConfigError, check_can_create, command, start_wandb, stub_error
 
@@ -128,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     if options.seeds is not None:
         require_unique_seeds(options.seeds)
     run_dir = Path(options.run_dir)
+    if run_dir.is_dir() and run_kind(run_dir) == "goodhart":  # Part 11: a measurement, not one policy
+        from workbook.goodhart.run import evaluate_run
+
+        return evaluate_run(run_dir)
     state = load_run(run_dir, "RUN_DIR", ENV_COMMANDS + LM_COMMANDS, files=("agent.pt", CHECKPOINT))
     needed = ("config", "algo", "iteration") if state["command"] in LM_COMMANDS else ("args", "impl")
     missing = [key for key in needed if key not in state]

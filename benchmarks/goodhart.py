@@ -1,0 +1,178 @@
+"""Benchmark: Goodhart's law measured (Part 11) — proxies of a gold reward, best-of-n and RL against them.
+
+    python benchmarks/goodhart.py --seeds 0 1 2 [--workers 2] [--impl solutions] [--runs-dir runs/goodhart-bench]
+
+Runs ``python -m workbook goodhart`` with its defaults once per seed (``--workers`` at a time, one
+torch thread each), then pools the seeds: the fits of Gao et al.'s forms per curve (each seed, and
+all seeds' points together), the figure (``goodhart.png`` in ``--runs-dir``) and the goals of issue
+37, each measured. The last line is one JSON object: ``{"gold", "proxies", "bon", "rl", "fits",
+"goals", "seeds", "wall_s", "cpu_s", "load_average"}`` (the rows' keys: docs/goodhart.md).
+
+Goals (3 of 3 seeds): (1) RL against the smallest proxy: the gold rises, peaks and falls by a clear
+margin (≥ 0.1 on VADER's scale, and ≥ half its rise) while the proxy keeps rising; best-of-n's peak
+(or not) at the n reached; (2) R² ≥ 0.9 for the curves with a peak, the peak at larger √KL as the
+proxy gets more data; (3) the ensemble's gold above the single proxy's at the same KL; (4) the whole
+benchmark ≤ 15 minutes on 2 cores, one RL run ≤ 2 minutes on one core. The CPU may be shared: the load
+average is printed with the figures, and CPU seconds beside wall seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from workbook.cli import add_seeds_option, make_parser, require_at_least, require_unique_seeds  # noqa: E402
+from workbook.runs import check_new_run_dir, command  # noqa: E402
+
+MARGIN = 0.1
+"""A clear fall of the gold: at least this much on VADER's [-1, 1] scale (and at least half the rise)."""
+
+
+def run_seed(seed: int, options) -> dict:
+    """One goodhart run of one seed, in its own process: (its results.json, wall and CPU seconds)."""
+    name = f"seed{seed}"
+    argv = [sys.executable, "-m", "workbook", "goodhart", "--impl", options.impl, "--seeds", str(seed),
+            "--runs-dir", options.runs_dir, "--run-name", name, "--wandb", "disabled", "--no-progress",
+            *(["--overwrite"] if options.overwrite else []), *options.extra]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    t0 = time.perf_counter()
+    log = Path(options.runs_dir) / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+    if code != 0:
+        raise SystemExit(f"error: seed {seed}: python -m workbook goodhart exited {code}; its output: {log}")
+    run_dir = Path(options.runs_dir) / name
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {"seed": seed, "results": json.loads((run_dir / "results.json").read_text()),
+            "wall_s": time.perf_counter() - t0, "run_wall_s": summary["wall_s"],
+            "rl_wall_s": rl_walls(run_dir)}
+
+
+def rl_walls(run_dir: Path) -> dict[str, float]:
+    """Each RL run's training time (generation, scoring and updates), from its summary."""
+    out = {}
+    for summary in sorted(run_dir.glob("seed*/rl/*/summary.json")):
+        out[summary.parent.name] = json.loads(summary.read_text()).get("ppo_wall_s")
+    return out
+
+
+def goals(res: dict, seeds: list[int], sizes: list[int], wall_s: float, rl_walls: list[float]) -> dict:
+    """Each goal of issue 37, measured per seed."""
+    fits = res["fits"]
+    small = sizes[0]
+
+    def fit(method, pairs, seed, ensemble=None):
+        return next(f for f in fits if f["method"] == method and f["proxy_pairs"] == pairs and f["seed"] == seed
+                    and f.get("ensemble") == ensemble)
+
+    def hump(pairs):
+        out = []
+        for s in seeds:
+            f = fit("rl", pairs, s)
+            rise = f["measured_peak_gold"]
+            out.append({"seed": s, "peak_gold": rise, "peak_d": f["measured_peak_d"], "final_gold": f["final_gold"],
+                        "fall": f["fall"], "proxy_at_peak": f["proxy_at_peak"], "proxy_final": f["proxy_final"],
+                        "holds": f["fall"] >= MARGIN and f["fall"] >= 0.5 * rise and f["proxy_final"] > f["proxy_at_peak"]})
+        return out
+
+    g1 = hump(small)
+    humps = {n: hump(n) for n in sizes}
+    bon_peak = [{"seed": s, "peak_d": fit("bon", small, s)["measured_peak_d"], "final_d": fit("bon", small, s)["final_d"],
+                 "fall": fit("bon", small, s)["fall"]} for s in seeds]
+    r2 = [{"method": f["method"], "proxy_pairs": f["proxy_pairs"], "ensemble": f.get("ensemble"), "seed": f["seed"],
+           "r2": f["r2"], "has_peak": f["seed"] == "all" or f["fall"] > 0.02}
+          for f in fits]
+    peaks = {m: [fit(m, n, "all")["d_peak"] for n in sizes] for m in ("bon", "rl")}
+    moves = {m: all(a is not None and (b is None or b > a) for a, b in zip(v, v[1:])) for m, v in peaks.items()}
+    g3 = []
+    ensemble_rows = [r for r in res["rl"] if r.get("ensemble")]
+    if ensemble_rows:
+        from workbook.goodhart.fits import rl_points
+
+        for s in seeds:
+            de, ge, _ = rl_points([r for r in ensemble_rows if r["seed"] == s])
+            ds, gs, _ = rl_points([r for r in res["rl"] if r["seed"] == s and r["proxy_pairs"] == small
+                                   and not r.get("ensemble")])
+            at = min(de[-1], ds[-1])  # the largest KL both reached
+            g_e, g_s = float(np.interp(at, de, ge)), float(np.interp(at, ds, gs))
+            g3.append({"seed": s, "sqrt_kl": float(at), "ensemble_gold": g_e, "single_gold": g_s,
+                       "ensemble_final_sqrt_kl": float(de[-1]), "single_final_sqrt_kl": float(ds[-1]),
+                       "holds": g_e > g_s})
+    return {
+        "1_rl_gold_falls_smallest_proxy": {"per_seed": g1, "holds": all(x["holds"] for x in g1)},
+        "1_rl_gold_falls_each_proxy": {"per_size": humps,
+                                       "holds": {str(n): all(x["holds"] for x in v) for n, v in humps.items()}},
+        "1_bon_peak_smallest_proxy": {"per_seed": bon_peak,
+                                      "holds": all(x["peak_d"] < x["final_d"] and x["fall"] > 0 for x in bon_peak)},
+        "2_r2_curves_with_a_peak": {"rows": r2, "holds": all(x["r2"] >= 0.9 for x in r2 if x["has_peak"])},
+        "2_peak_moves_with_data": {"d_peak": peaks, "holds": moves},
+        "3_ensemble_beats_single_same_kl": {"per_seed": g3, "holds": bool(g3) and all(x["holds"] for x in g3)},
+        "4_time": {"wall_s": wall_s, "longest_rl_run_s": max(rl_walls) if rl_walls else None,
+                   "holds": wall_s <= 900 and (max(rl_walls) if rl_walls else 0) <= 120},
+    }
+
+
+@command
+def main(argv: list[str] | None = None) -> int:
+    p = make_parser("python benchmarks/goodhart.py", __doc__.split("\n\n")[0])
+    add_seeds_option(p, [0, 1, 2], "one goodhart run per seed")
+    p.add_argument("--impl", default="solutions", choices=("exercises", "solutions"), help="whose code runs")
+    p.add_argument("--runs-dir", default="runs/goodhart-bench", help="one run folder per seed below it, and goodhart.png")
+    p.add_argument("--overwrite", action="store_true", help="replace the seeds' run folders of an earlier benchmark")
+    p.add_argument("--workers", type=int, default=2, help="seeds run at once, one process each (default: 2, the cores)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="a goodhart option for every seed, e.g. --set rl_iterations=60 (repeatable)")
+    options = p.parse_args(argv)
+    require_unique_seeds(options.seeds)
+    require_at_least("--workers", options.workers, 1)
+    from workbook.cli import parse_overrides
+    from workbook.goodhart.run import GoodhartArgs, validate
+
+    overrides = parse_overrides(options.set, GoodhartArgs, skip=("impl", "runs_dir", "run_name", "overwrite", "resume",
+                                                                 "wandb", "progress"))
+    args = GoodhartArgs(**({"impl": options.impl} | overrides))
+    validate(args, options.seeds)
+    options.extra = [x for k, v in overrides.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+    for s in options.seeds:
+        check_new_run_dir(options.runs_dir, f"seed{s}", options.overwrite)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=options.workers) as pool:
+        per_seed = list(pool.map(lambda s: run_seed(s, options), options.seeds))
+    wall_s = time.perf_counter() - t0
+    cpu_s = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+
+    from workbook.goodhart.figure import draw
+    from workbook.goodhart.fits import fit_rows
+    from workbook.goodhart.measure import load_part11
+
+    res = {"gold": "vader", **{k: [row for s in per_seed for row in s["results"][k]] for k in ("proxies", "bon", "rl")}}
+    res["fits"] = fit_rows(load_part11(options.impl), res["bon"], res["rl"])
+    draw(res, Path(options.runs_dir) / "goodhart.png", args)
+    rl_wall = [w for s in per_seed for w in s["rl_wall_s"].values() if w is not None]
+    res["goals"] = goals(res, options.seeds, args.sizes(), wall_s, rl_wall)
+    res.update({"seeds": options.seeds, "wall_s": wall_s, "cpu_s": cpu_s, "rl_wall_s": rl_wall,
+                "per_seed_wall_s": {s["seed"]: s["wall_s"] for s in per_seed},
+                "load_average": os.getloadavg(), "figure": str(Path(options.runs_dir) / "goodhart.png")})
+    print(f"\nwhole benchmark {wall_s:.0f} s wall ({cpu_s:.0f} CPU s), load average {os.getloadavg()[0]:.1f}; "
+          f"one RL run {min(rl_wall):.0f}–{max(rl_wall):.0f} s" if rl_wall else "")
+    for name, goal in res["goals"].items():
+        print(f"  goal {name}: {'holds' if goal['holds'] is True or (isinstance(goal['holds'], dict) and all(goal['holds'].values())) else 'does not hold'}")
+    print(json.dumps(res), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""``python -m workbook goodhart`` (Part 11's measurement) end to end on a tiny configuration: what it writes,
+``evaluate``, Ctrl-C and ``--resume``, bad options, a stub of the learner's."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from workbook.__main__ import main as workbook_main
+
+TINY = ["--proxy-pairs", "4,8", "--proxy-min-steps", "2", "--bank-samples", "40", "--heldout-pairs", "10",
+        "--pool-prompts", "2", "--pool-size", "8", "--max-new-tokens", "12", "--ensemble", "2",
+        "--rl-iterations", "3", "--rl-batch-size", "8", "--eval-samples", "2", "--wandb", "disabled", "--no-progress"]
+ONE_LINE_ERROR = re.compile(r"error: [^\n]+: [^\n]+\n")
+
+
+def tiny(runs, name="t", *extra):
+    return ["goodhart", "--impl", "solutions", "--runs-dir", str(runs), "--run-name", name, *TINY, *extra]
+
+
+def test_a_tiny_run_interrupted_then_resumed_writes_the_benchmarks_keys(tmp_path, capsys, monkeypatch):
+    from workbook.goodhart import run
+
+    calls = []
+    real = run.Stages.rl
+
+    def interrupted_second(self, *args, **kwargs):  # Ctrl-C in the second RL run, before it trains
+        calls.append(args[2])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(run.Stages, "rl", interrupted_second)
+    runs = tmp_path / "runs"
+    assert workbook_main(tiny(runs)) == 130
+    out = capsys.readouterr().out
+    folder = runs / "t"
+    assert f"python -m workbook goodhart --resume {folder}" in out
+    assert json.loads((folder / "summary.json").read_text())["status"] == "interrupted"
+    kept = {p: p.stat().st_mtime_ns for p in (folder / "seed0").glob("*.*")}
+    assert {p.name for p in kept} == {"bank.json", "proxies.pt", "bon.json"}
+    assert (folder / "seed0" / "rl" / "pairs4" / "summary.json").exists()
+
+    monkeypatch.setattr(run.Stages, "rl", real)
+    import workbook.loop.rlhf as loop_rlhf
+
+    starts, train = [], loop_rlhf.train
+
+    def recorded(args, *, model, **kwargs):  # the weights each RL run starts from
+        starts.append(sum(float(p.double().square().sum()) for p in model.parameters()))
+        return train(args, model=model, **kwargs)
+
+    monkeypatch.setattr(loop_rlhf, "train", recorded)
+    assert workbook_main(["goodhart", "--resume", str(folder), "--wandb", "disabled", "--no-progress"]) == 0
+    assert len(starts) == 2 and starts[0] == starts[1], "every RL run starts from the base model, not the last run's policy"
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept, "the stages done were read back, not redone"
+    res = json.loads((folder / "results.json").read_text())
+    assert res["gold"] == "vader"
+    assert {"pairs", "heldout_accuracy"} <= set(res["proxies"][0])
+    assert {"proxy_pairs", "seed", "n", "kl", "proxy", "gold"} <= set(res["bon"][0])
+    assert {"proxy_pairs", "seed", "step", "kl", "proxy", "gold", "ensemble"} <= set(res["rl"][0])
+    assert {"method", "proxy_pairs", "alpha", "beta", "r2", "d_peak"} <= set(res["fits"][0])
+    assert [r["n"] for r in res["bon"] if r["proxy_pairs"] == 4] == [1, 2, 4, 8]
+    assert {r["ensemble"] for r in res["rl"]} == {None, "wco"}
+    assert (folder / "goodhart.png").stat().st_size > 10_000
+    capsys.readouterr()
+    assert workbook_main(["evaluate", str(folder)]) == 0
+    assert "peak √KL" in capsys.readouterr().out
+
+
+BAD = [
+    (["--proxy-pairs", "8,4"], "--proxy-pairs", "ascending"),
+    (["--proxy-pairs", "a,b"], "--proxy-pairs", "whole numbers"),
+    (["--pool-size", "1"], "--pool-size", "≥ 2"),
+    (["--rl-batch-size", "0"], "--rl-batch-size", "≥ 1"),
+    (["--ensemble-method", "max"], "--ensemble-method", "invalid choice"),
+    (["--label-noise", "-1"], "--label-noise", "≥ 0"),
+    (["--seeds", "0", "0"], "--seeds", "repeated"),
+    (["--max-new-tokens", "500"], "--max-new-tokens", "in [1, 100]"),
+]
+
+
+@pytest.mark.parametrize("argv, field, what", BAD, ids=[" ".join(a) for a, _, _ in BAD])
+def test_bad_options_are_one_line_and_write_nothing(argv, field, what, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    assert workbook_main(["goodhart", "--runs-dir", str(runs), "--wandb", "disabled", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert ONE_LINE_ERROR.fullmatch(err) and err.startswith(f"error: {field}: ") and what in err, err
+    assert not runs.exists()
+
+
+def test_resume_refuses_other_settings_and_non_runs(tmp_path, capsys):
+    folder = tmp_path / "old"
+    folder.mkdir()
+    assert workbook_main(["goodhart", "--resume", str(folder)]) == 2
+    assert "not a goodhart run folder" in capsys.readouterr().err
+    (folder / "config.json").write_text(json.dumps({"command": "goodhart", "args": {}, "seeds": [0]}))
+    assert workbook_main(["goodhart", "--resume", str(folder), "--pool-size", "8"]) == 2
+    assert capsys.readouterr().err.startswith("error: --pool-size: a resumed run keeps its settings")
+
+
+def test_a_stub_of_part11_is_one_line_and_no_folder(tmp_path, capsys, plant_stub, monkeypatch):
+    part11 = pytest.importorskip("exercises.part11_goodhart")
+    import solutions.part3_rlhf as sol3
+
+    import exercises.part3_rlhf as ex3
+
+    for name in ("RewardModel", "preference_loss", "GPTWithValueHead"):  # Part 3 done: the stub reached is Part 11's
+        monkeypatch.setattr(ex3, name, getattr(sol3, name))
+    plant_stub(part11, "best_of_n_kl")
+    runs = tmp_path / "runs"
+    assert workbook_main(["goodhart", "--impl", "exercises", "--runs-dir", str(runs), "--wandb", "disabled"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --impl: exercises: best_of_n_kl in exercises/part11_goodhart.py (Part 11) is still a stub")
+    assert not runs.exists()

@@ -1,0 +1,6 @@
+"""Part 11's support room: Goodhart's law measured on the review GPT (``python -m workbook goodhart``).
+
+``measure.py``: the gold, base samples, gold-labelled pairs, proxies, best-of-n and the RL task;
+``fits.py``: measured rows → (√KL, gold) points and Gao et al.'s fits; ``figure.py``: the figure;
+``run.py``: the command (stages per seed, run folder, ``--resume``, Ctrl-C).
+"""

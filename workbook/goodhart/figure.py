@@ -1,0 +1,77 @@
+"""Gao et al.'s Figure 1 in miniature: gold and proxy against √KL, best-of-n and RL, one column per proxy size.
+
+Top row: the gold (VADER, relative to the base policy) of best-of-n (blue) and RL (orange; the
+ensemble's RL run green, in the smallest proxy's column), the mean over seeds solid, the seeds' range
+shaded, Gao's fitted form (pooled over seeds) dashed. Bottom row: the proxy's own score (standardised on
+the base samples) of the same policies — it keeps rising where the gold turns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from workbook.goodhart.fits import curves
+
+COLOURS = {"bon": "tab:blue", "rl": "tab:orange", "ensemble": "tab:green"}
+
+
+def _mean_band(by_seed: dict[int, tuple]) -> tuple[np.ndarray, ...]:
+    """x (mean over seeds), gold mean/min/max, proxy mean/min/max over the points every seed has."""
+    n = min(len(v[0]) for v in by_seed.values())
+    d = np.stack([v[0][:n] for v in by_seed.values()])
+    r = np.stack([v[1][:n] for v in by_seed.values()])
+    p = np.stack([v[2][:n] for v in by_seed.values()])
+    return d.mean(0), r.mean(0), r.min(0), r.max(0), p.mean(0), p.min(0), p.max(0)
+
+
+def draw(res: dict, path: Path, args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    found = curves(res["bon"], res["rl"])
+    sizes = sorted({k[1] for k in found})
+    fits = {(f["method"], f["proxy_pairs"], f.get("ensemble")): f for f in res["fits"] if f["seed"] == "all"}
+    accuracy = {}
+    for p in res["proxies"]:
+        if p["member"] == 0:
+            accuracy.setdefault(p["pairs"], []).append(p["heldout_accuracy"])
+    fig, axes = plt.subplots(2, len(sizes), figsize=(4.2 * len(sizes), 6.4), sharex=True, squeeze=False)
+    for col, size in enumerate(sizes):
+        top, bottom = axes[0][col], axes[1][col]
+        for key, by_seed in sorted(found.items(), key=lambda kv: (kv[0][0], str(kv[0][2]))):
+            method, pairs, ensemble = key
+            if pairs != size:
+                continue
+            colour = COLOURS["ensemble" if ensemble else method]
+            label = "best-of-n" if method == "bon" else (f"RL, {ensemble} ensemble" if ensemble else "RL")
+            x, r, rlo, rhi, p, plo, phi = _mean_band(by_seed)
+            top.plot(x, r, color=colour, label=label, marker="." if method == "bon" else None)
+            top.fill_between(x, rlo, rhi, color=colour, alpha=0.2, linewidth=0)
+            bottom.plot(x, p, color=colour, label=label)
+            bottom.fill_between(x, plo, phi, color=colour, alpha=0.2, linewidth=0)
+            f = fits.get(key)
+            if f is not None:
+                grid = np.linspace(0, float(x.max()), 100)
+                fitted = grid * (f["alpha"] - f["beta"] * (grid if method == "bon" else
+                                                           np.log(np.where(grid > 0, grid, 1.0))))
+                top.plot(grid, fitted, color=colour, linestyle="--", linewidth=1,
+                         label=f"fit R²={f['r2']:.2f}")
+        acc = accuracy.get(size, [float("nan")])
+        top.set_title(f"proxy of {size} pairs\n(held-out accuracy {min(acc):.2f}–{max(acc):.2f})", fontsize=10)
+        top.axhline(0, color="grey", linewidth=0.5)
+        top.legend(fontsize=7)
+        bottom.set_xlabel("√KL(π ‖ π_init)  (√nats)")
+        if col == 0:
+            top.set_ylabel("gold (VADER) − base")
+            bottom.set_ylabel("proxy score (std. on base samples)")
+    seeds = sorted({r["seed"] for r in res["bon"] + res["rl"]})
+    fig.suptitle(f"Goodhart on the review GPT: gold and proxy against √KL (seeds {', '.join(map(str, seeds))}: "
+                 "mean, range shaded; Gao et al.'s forms dashed)", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

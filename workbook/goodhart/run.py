@@ -1,0 +1,474 @@
+"""Goodhart's law, measured: a gold reward, proxies trained on its labels, best-of-n and RL against a proxy.
+
+    python -m workbook goodhart                         # your Parts 3 and 11 (exercises/), seed 0
+    python -m workbook goodhart --impl solutions --seeds 0 1 2
+    python -m workbook goodhart --resume runs/goodhart-...   # continue an interrupted run
+    python -m workbook evaluate runs/goodhart-...            # its table and fits again, from its files
+
+Per seed (``workbook/goodhart/measure.py`` says what each stage is): base samples scored by the gold
+(VADER) → proxies (Part 3's RewardModel and preference_loss) trained on gold-labelled pairs at each
+``--proxy-pairs`` size, and ``--ensemble`` − 1 more of the smallest size → best-of-n against each proxy
+from a pool of ``--pool-size`` samples per prompt → PPO against each proxy (and the ensemble), logging
+the gold of every batch. Then Gao et al.'s forms are fitted (Part 11's ``fit_gao``) and the figure drawn.
+
+Writes, under ``<runs-dir>/<run name>/``: ``config.json``; ``seed<S>/`` (``bank.json``, ``proxies.pt``,
+``bon.json`` and ``rl/<proxy>/``, each an ``rlhf`` run folder that ``evaluate`` reads, which scores its
+policy with the gold); ``results.json`` (the benchmark's keys: gold, proxies, bon, rl, fits),
+``goodhart.png`` and ``summary.json``. Ctrl-C keeps every stage finished (an RL run stops after its
+iteration, with its checkpoint); ``--resume RUN_DIR`` continues from there.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from workbook.checkpoints import CHECKPOINT, INTERRUPTED, load_run, save, write_json
+from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, require,
+                          require_at_least, require_choices, require_in, require_positive, require_unique_seeds)
+from workbook.runs import ConfigError, check_can_create, check_new_run_dir, command, new_run_dir, start_wandb, stub_error
+
+COMMAND = "goodhart"
+
+
+@dataclass
+class GoodhartArgs:
+    """The measurement's settings (defaults: the design measured in docs/goodhart.md)."""
+
+    impl: Literal["exercises", "solutions"] = "exercises"
+    """Whose Part 3 (RewardModel, preference_loss, PPO) and Part 11 (best-of-n, fits, ensembles) run: exercises or solutions."""
+    proxy_pairs: str = "100,1000,10000"
+    """The proxies' training-set sizes in gold-labelled pairs, comma-separated, ascending (one proxy, one best-of-n curve and one RL run each)."""
+    label_noise: float = 0.0
+    """Bradley–Terry label noise: P(a ≻ b) = σ((gold_a − gold_b) / this); 0 = the gold's preference, always."""
+    proxy_epochs: float = 1.0
+    """Passes over a proxy's pairs (at least --proxy-min-steps steps: a proxy of few pairs sees them many times and overfits)."""
+    proxy_min_steps: int = 60
+    """Fewest optimizer steps of a proxy."""
+    proxy_batch_size: int = 32
+    """Pairs per proxy step."""
+    proxy_lr: float = 1e-3
+    """Adam learning rate of the proxies."""
+    bank_samples: int = 2_000
+    """Base samples the training pairs are drawn from (and the proxies standardised on)."""
+    heldout_pairs: int = 400
+    """Held-out pairs (of other base samples) for each proxy's pair accuracy."""
+    pool_prompts: int = 4
+    """Prompts of best-of-n (its gold and proxy are the mean over them)."""
+    pool_size: int = 1_024
+    """Base samples per prompt in best-of-n's pool: N, the largest n."""
+    max_new_tokens: int = 40
+    """Longest completion in characters (pool, pairs and RL alike)."""
+    ensemble: int = 3
+    """Proxies of the smallest size in the ensemble RL run (the first is the single proxy; each other on its own pairs); 0 or 1: no ensemble run."""
+    ensemble_method: Literal["wco", "uwo", "mean"] = "wco"
+    """How the ensemble combines its standardised members: wco (min), uwo (mean − λ·variance) or mean."""
+    uwo_lambda: float = 0.5
+    """λ of uwo."""
+    rl_iterations: int = 40
+    """PPO iterations of each RL run."""
+    rl_batch_size: int = 64
+    """Samples per PPO iteration."""
+    rl_learning_rate: float = 2.5e-4
+    """PPO's Adam learning rate (Part 3's)."""
+    rl_kl_coef: float = 0.0
+    """PPO's KL penalty β (0: none, as Gao et al.'s frontier does not depend on it)."""
+    rl_ent_coef: float = 0.03
+    """PPO's entropy bonus (Part 3's)."""
+    eval_samples: int = 32
+    """Held-out prompts of each RL run's before/after evaluation."""
+    threads: int = 1
+    """torch threads."""
+    wandb: Literal["offline", "online", "disabled"] = "offline"
+    """wandb mode of the whole measurement (offline: no account needed)."""
+    runs_dir: str = "runs"
+    """Outputs go to <runs_dir>/<run name>/."""
+    run_name: str = ""
+    """Default: goodhart-<impl>-seeds<S...>-<time>."""
+    overwrite: bool = False
+    """Replace an existing run folder of that name."""
+    resume: str = ""
+    """A goodhart run folder to continue: its stages done are kept, an interrupted RL run continues from its checkpoint."""
+    progress: bool = True
+    """Progress lines (a bar on a terminal; --no-progress: none)."""
+
+    def sizes(self) -> list[int]:
+        return [int(x) for x in self.proxy_pairs.split(",")]
+
+
+# --- options ------------------------------------------------------------------------------------
+
+RESUME_MAY_CHANGE = {"resume", "wandb", "progress", "threads", "seeds"}
+
+
+def parse_command(argv: list[str]) -> tuple[GoodhartArgs, list[int]]:
+    parser = make_parser(f"python -m workbook {COMMAND}", __doc__.split("\n\n")[0])
+    add_seeds_option(parser, [0], "one measurement per seed, e.g. --seeds 0 1 2")
+    add_dataclass_arguments(parser, GoodhartArgs, skip=("progress",))
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress lines")
+    ns = parser.parse_args(argv)
+    return dataclass_from_args(GoodhartArgs, ns), list(ns.seeds)
+
+
+def validate(a: GoodhartArgs, seeds: list[int]) -> None:
+    """ConfigError for the first bad setting, before anything is loaded or written."""
+    require_choices(a)
+    require_unique_seeds(seeds)
+    try:
+        sizes = a.sizes()
+    except ValueError:
+        raise ConfigError("--proxy-pairs", f"expected whole numbers separated by commas, got {a.proxy_pairs!r}") from None
+    require(len(sizes) >= 1 and all(s >= 2 for s in sizes), "--proxy-pairs", f"each size must be ≥ 2, got {a.proxy_pairs!r}")
+    require(sizes == sorted(set(sizes)), "--proxy-pairs", f"sizes must be distinct and ascending, got {a.proxy_pairs!r}")
+    require_at_least("--label-noise", a.label_noise, 0)
+    require_positive("--proxy-epochs", a.proxy_epochs)
+    for name in ("proxy_min_steps", "proxy_batch_size", "pool_prompts", "rl_iterations", "rl_batch_size",
+                 "eval_samples", "threads"):
+        require_at_least(f"--{name.replace('_', '-')}", getattr(a, name), 1)
+    require_at_least("--bank-samples", a.bank_samples, 10)
+    require_at_least("--heldout-pairs", a.heldout_pairs, 1)
+    require_at_least("--pool-size", a.pool_size, 2)
+    require_in("--max-new-tokens", a.max_new_tokens, 1, 100)
+    require_at_least("--ensemble", a.ensemble, 0)
+    require_at_least("--uwo-lambda", a.uwo_lambda, 0)
+    for name in ("proxy_lr", "rl_learning_rate"):
+        require_positive(f"--{name.replace('_', '-')}", getattr(a, name))
+    for name in ("rl_kl_coef", "rl_ent_coef"):
+        require_at_least(f"--{name.replace('_', '-')}", getattr(a, name), 0)
+    most = a.bank_samples * (a.bank_samples - 1) // 4  # distinct pairs, with room for gold ties
+    need = sizes[-1] + (max(a.ensemble, 1) - 1) * sizes[0]
+    require(need <= most, "--proxy-pairs", f"{need} pairs in all need more than --bank-samples {a.bank_samples} samples")
+    from workbook.loop.rlhf import validate as validate_rl
+
+    validate_rl(rl_args(a, seeds[0], Path(a.runs_dir), "rl", False))  # PPO's own checks, before anything is written
+
+
+def rl_args(a: GoodhartArgs, seed: int, runs: Path, name: str, progress: bool):
+    """The ``rlhf`` loop's options of one RL run (PPO on the review task; its reward is set by the task given to it)."""
+    from workbook.loop.rlhf import Args
+
+    return Args(impl=a.impl, seed=seed, iterations=a.rl_iterations, batch_size=a.rl_batch_size,
+                mini_batch_size=math.gcd(a.rl_batch_size, 16), learning_rate=a.rl_learning_rate, kl_coef=a.rl_kl_coef,
+                ent_coef=a.rl_ent_coef, max_new_tokens=a.max_new_tokens, eval_samples=a.eval_samples, wandb="disabled",
+                runs_dir=str(runs), run_name=name, threads=a.threads, quiet=True, progress=progress, sample_every=10)
+
+
+def check_impl(a: GoodhartArgs, part3, part11, lm, tok) -> None:
+    """Call every function of the learner's that the measurement uses once, on tiny inputs, before anything is
+    written: an unfilled stub stops the command with one line and no run folder (not minutes into it)."""
+    from workbook.rlhf.reward_model import encode_texts
+
+    scores = torch.tensor([[0.5, 1.0, 0.0], [1.0, 0.0, 0.5]])
+    part11.best_of_n_kl(2)
+    part11.best_of_n_kl_discrete(torch.tensor([0.5, 0.5]), 2)
+    part11.best_of_n_gold(scores[0], scores[1], 2)
+    part11.gao_peak(*part11.fit_gao(torch.tensor([0.0, 1.0, 2.0]), torch.tensor([0.0, 1.0, 1.5]), "bon")[:2], "bon")
+    part11.fit_gao(torch.tensor([0.0, 1.0, 2.0]), torch.tensor([0.0, 1.0, 1.5]), "rl")
+    if a.ensemble >= 2:
+        part11.ensemble_reward(part11.standardise_proxies(scores, scores), a.ensemble_method, uwo_lambda=a.uwo_lambda)
+    with torch.no_grad():
+        r = part3.RewardModel(lm)(*encode_texts(["a good film", "bad"], tok))
+    part3.preference_loss(r[:1], r[1:])
+    part3.GPTWithValueHead(lm)
+
+
+def run_name(a: GoodhartArgs, seeds: list[int]) -> str:
+    return a.run_name or f"goodhart-{a.impl}-seeds{'-'.join(map(str, seeds))}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def resumed(a: GoodhartArgs, seeds: list[int], argv: list[str]) -> tuple[GoodhartArgs, list[int], Path]:
+    """The run's saved settings (only --wandb, --no-progress and --threads may change), and its folder."""
+    run_dir = Path(a.resume)
+    if not (run_dir / "config.json").is_file():
+        raise ConfigError("--resume", f"{run_dir} is not a goodhart run folder (it has no config.json)")
+    saved = json.loads((run_dir / "config.json").read_text())
+    given = {t.lstrip("-").split("=")[0].replace("-", "_").removeprefix("no_") for t in argv if t.startswith("--")}
+    for name in sorted(given - RESUME_MAY_CHANGE - {"debug"}):
+        raise ConfigError(f"--{name.replace('_', '-')}", "a resumed run keeps its settings (only --wandb, --threads and "
+                                                         "--no-progress may change)")
+    args = GoodhartArgs(**(saved["args"] | {k: getattr(a, k) for k in ("wandb", "progress", "threads")}
+                           | {"resume": str(run_dir), "runs_dir": str(run_dir.parent), "run_name": run_dir.name}))
+    check_can_create(run_dir / "results.json", "--resume")
+    return args, saved["seeds"], run_dir
+
+
+# --- one seed -----------------------------------------------------------------------------------
+
+class Stages:
+    """The stages of one seed, each written to ``seed<S>/`` when done and read back instead of redone."""
+
+    def __init__(self, a: GoodhartArgs, seed: int, out: Path, lm, tok, say):
+        from workbook.goodhart import measure as m
+
+        self.a, self.seed, self.out, self.lm, self.tok, self.say, self.m = a, seed, out, lm, tok, say, m
+        self.part3, self.part11 = m.load_part3(a.impl), m.load_part11(a.impl)
+        self.gold = m.gold_scorer()
+        out.mkdir(parents=True, exist_ok=True)
+
+    def bank(self) -> dict:
+        """Base samples (training and held-out) and their gold scores."""
+        path = self.out / "bank.json"
+        if path.exists():
+            return json.loads(path.read_text())
+        a, m, s = self.a, self.m, self.seed
+        texts = m.sample_texts(self.lm, self.tok, m.bank_prompts(a.bank_samples, 2 * s), max_new_tokens=a.max_new_tokens, seed=2 * s)
+        held = m.sample_texts(self.lm, self.tok, m.bank_prompts(2 * a.heldout_pairs, 2 * s + 1),
+                              max_new_tokens=a.max_new_tokens, seed=2 * s + 1)
+        bank = {"texts": texts, "gold": self.gold(texts).tolist(), "heldout": held, "heldout_gold": self.gold(held).tolist()}
+        write_json(bank, path)
+        return bank
+
+    def proxies(self, bank: dict) -> dict:
+        """name -> {"pairs", "member", "heldout_accuracy", "state"}: one proxy per size, ensemble members of the smallest."""
+        path = self.out / "proxies.pt"
+        if path.exists():
+            return torch.load(path, weights_only=False)
+        a, m = self.a, self.m
+        gold, held_gold = torch.tensor(bank["gold"]), torch.tensor(bank["heldout_gold"])
+        heldout = m.gold_pairs(held_gold, a.heldout_pairs, seed=self.seed + 31)
+        nested = m.gold_pairs(gold, a.sizes()[-1], seed=self.seed + 17, label_noise=a.label_noise)
+        jobs = [(f"pairs{n}", n, 0, nested[:n]) for n in a.sizes()]
+        taken = {frozenset(p) for p in nested}
+        for k in range(1, a.ensemble):  # other data of the smallest size, disjoint from every other proxy's
+            pairs = m.gold_pairs(gold, a.sizes()[0], seed=self.seed + 1_000 * k, label_noise=a.label_noise, exclude=taken)
+            taken |= {frozenset(p) for p in pairs}
+            jobs.append((f"pairs{a.sizes()[0]}-member{k}", a.sizes()[0], k, pairs))
+        out = {}
+        for name, n, k, pairs in jobs:
+            steps = max(a.proxy_min_steps, math.ceil(a.proxy_epochs * n / a.proxy_batch_size))
+            t0 = time.perf_counter()
+            model, losses = m.train_proxy(self.part3, self.lm, self.tok, bank["texts"], pairs, steps=steps,
+                                          batch_size=a.proxy_batch_size, lr=a.proxy_lr, seed=1_000 * self.seed + 7 * k + n)
+            proxy = m.Proxy(model, self.tok, 0.0, 1.0)
+            base = proxy.raw(bank["texts"])
+            proxy.mean, proxy.std = base.mean().item(), max(base.std().item(), 1e-6)
+            accuracy = m.pair_accuracy(proxy.raw(bank["heldout"]), heldout)
+            out[name] = {"pairs": n, "member": k, "steps": steps, "heldout_accuracy": accuracy,
+                         "train_accuracy": m.pair_accuracy(base, pairs), "wall_s": time.perf_counter() - t0,
+                         "state": proxy.state()}
+            self.say(f"seed {self.seed}: proxy {name}: {steps} steps, held-out pair accuracy {accuracy:.3f} "
+                     f"({time.perf_counter() - t0:.0f} s)")
+        save(out, path)
+        return out
+
+    def proxy(self, proxies: dict, name: str):
+        return self.m.Proxy.from_state(self.part3, proxies[name]["state"], self.tok)
+
+    def best_of_n(self, proxies: dict) -> dict:
+        """name -> best-of-n rows (n, kl, kl_discrete, proxy, gold) from one pool of base samples per prompt."""
+        path = self.out / "bon.json"
+        if path.exists():
+            return json.loads(path.read_text())
+        a, m = self.a, self.m
+        prompts = m.pool_prompts(a.pool_prompts, self.seed)
+        texts = [m.sample_texts(self.lm, self.tok, [p] * a.pool_size, max_new_tokens=a.max_new_tokens,
+                                seed=10_000 * (self.seed + 1) + i) for i, p in enumerate(prompts)]
+        gold = torch.stack([self.gold(t) for t in texts])
+        out = {"prompts": prompts, "base_gold": gold.mean().item(),
+               "distinct": sum(len(set(t)) for t in texts) / len(texts), "curves": {}}
+        for name, info in proxies.items():
+            if info["member"]:
+                continue
+            proxy = self.proxy(proxies, name)
+            scores = torch.stack([proxy(t) for t in texts])
+            out["curves"][name] = m.best_of_n_curve(self.part11, scores, gold)
+        write_json(out, path)
+        self.say(f"seed {self.seed}: best-of-n from {a.pool_prompts} pools of {a.pool_size} "
+                 f"({out['distinct']:.0f} distinct texts each), n up to {a.pool_size}")
+        return out
+
+    def rl(self, proxies: dict, bank: dict, name: str, progress: bool) -> tuple[list[dict], str]:
+        """One PPO run against proxy ``name`` (or the ensemble): its metrics (every iteration) and status."""
+        from workbook.loop.rlhf import train
+
+        a, m = self.a, self.m
+        runs = self.out / "rl"
+        run_dir = runs / name
+        summary = run_dir / "summary.json"
+        if summary.exists() and json.loads(summary.read_text()).get("status") == "finished":
+            return read_metrics(run_dir), "finished"
+        if name == "ensemble":
+            smallest = [n for n, info in proxies.items() if info["pairs"] == a.sizes()[0]]
+            scorer = m.Ensemble(self.part11, [self.proxy(proxies, n) for n in smallest], bank["texts"],
+                                a.ensemble_method, a.uwo_lambda)
+        else:
+            scorer = self.proxy(proxies, name)
+        args = rl_args(a, self.seed, runs, name, progress)
+        resume = None
+        if (run_dir / CHECKPOINT).exists():
+            resume = load_run(run_dir, "--resume", ("rlhf",))
+            args = dataclasses.replace(args, resume=str(run_dir))
+        elif run_dir.exists():  # stopped before its first iteration: nothing in it to keep
+            args = dataclasses.replace(args, overwrite=True)
+        task = m.ProxyTask(scorer, self.gold)
+        t0 = time.perf_counter()
+        # A copy: PPO trains the model it is given in place, and every run starts from the base model.
+        result = train(args, model=copy.deepcopy(self.lm), tok=self.tok, task=task, progress=progress, resume=resume)
+        rows = read_metrics(run_dir)
+        if rows:
+            self.say(f"seed {self.seed}: RL against {name}: {len(rows)} iterations, KL {rows[-1]['objective/kl']:.1f}, "
+                     f"proxy {rows[-1]['env/reward_mean']:+.2f}, gold {rows[-1]['env/gold_mean']:+.3f} "
+                     f"({time.perf_counter() - t0:.0f} s)")
+        return rows, result.get("status", "finished")
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+class Interrupted(Exception):
+    """An RL run stopped by Ctrl-C: its checkpoint is written; the measurement stops here."""
+
+
+def measure_seed(a: GoodhartArgs, seed: int, out: Path, lm, tok, say, progress: bool) -> dict:
+    """Every stage of one seed (those already in ``out`` read back); the rows of the results."""
+    st = Stages(a, seed, out, lm, tok, say)
+    bank = st.bank()
+    proxies = st.proxies(bank)
+    bon = st.best_of_n(proxies)
+    rl = {}
+    names = [f"pairs{n}" for n in a.sizes()] + (["ensemble"] if a.ensemble >= 2 else [])
+    for name in names:
+        rows, status = st.rl(proxies, bank, name, progress)
+        if status != "finished":
+            raise Interrupted(status)
+        rl[name] = rows
+    return {"seed": seed, "base_gold": sum(bank["gold"]) / len(bank["gold"]), "bon_base_gold": bon["base_gold"],
+            "proxies": {k: {kk: vv for kk, vv in v.items() if kk != "state"} for k, v in proxies.items()},
+            "bon": bon["curves"], "rl": rl}
+
+
+# --- results ------------------------------------------------------------------------------------
+
+def results(a: GoodhartArgs, seeds: list[dict]) -> dict:
+    """The benchmark's JSON: gold, proxies, bon, rl (per seed) and fits (per curve and seed, and pooled over seeds)."""
+    from workbook.goodhart.fits import fit_rows
+
+    proxies = [{"pairs": v["pairs"], "member": v["member"], "seed": s["seed"], "heldout_accuracy": v["heldout_accuracy"],
+                "train_accuracy": v["train_accuracy"], "steps": v["steps"]} for s in seeds for v in s["proxies"].values()]
+    bon = [{"proxy_pairs": int(name.removeprefix("pairs")), "seed": s["seed"], **row, "base_gold": s["bon_base_gold"]}
+           for s in seeds for name, rows in s["bon"].items() for row in rows]
+    rl = []
+    for s in seeds:
+        for name, rows in s["rl"].items():
+            ensemble = a.ensemble_method if name == "ensemble" else None
+            pairs = a.sizes()[0] if ensemble else int(name.removeprefix("pairs"))
+            rl += [{"proxy_pairs": pairs, "seed": s["seed"], "step": r["iteration"], "kl": r["objective/kl"],
+                    "proxy": r["env/reward_mean"], "gold": r["env/gold_mean"], "ensemble": ensemble,
+                    "base_gold": s["base_gold"]} for r in rows]
+    part11 = __import__("workbook.goodhart.measure", fromlist=["load_part11"]).load_part11(a.impl)
+    return {"gold": "vader", "proxies": proxies, "bon": bon, "rl": rl, "fits": fit_rows(part11, bon, rl)}
+
+
+def print_table(res: dict) -> None:
+    print(f"\n{'proxy':<14}{'held-out acc':>14}{'fit':>6}{'α':>8}{'β':>8}{'R²':>7}{'peak √KL':>10}")
+    acc = {}
+    for p in res["proxies"]:
+        if p["member"] == 0:
+            acc.setdefault(p["pairs"], []).append(p["heldout_accuracy"])
+    for f in res["fits"]:
+        if f["seed"] != "all":
+            continue
+        name = f"{f['proxy_pairs']} pairs" + (f" {f['ensemble']}" if f.get("ensemble") else "")
+        a = acc.get(f["proxy_pairs"], [float("nan")])
+        peak = "none" if f["d_peak"] is None else f"{f['d_peak']:.2f}"
+        print(f"{name:<14}{min(a):>7.2f}–{max(a):.2f}{f['method']:>6}{f['alpha']:>8.3f}{f['beta']:>8.3f}{f['r2']:>7.2f}"
+              f"{peak:>10}")
+
+
+@command
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a, seeds = parse_command(argv)
+    if a.resume:
+        a, seeds, out = resumed(a, seeds, argv)
+        validate(a, seeds)
+    else:
+        validate(a, seeds)
+        out = check_new_run_dir(a.runs_dir, run_name(a, seeds), a.overwrite)
+    from workbook.goodhart.measure import load_part11
+    from workbook.lm.pretrain import load_or_pretrain
+    from workbook.rlhf.data import load_part3
+
+    torch.set_num_threads(a.threads)
+    say = lambda *x: print(*x, flush=True)  # one line per stage (--no-progress turns off the RL runs' bars)
+    try:  # the learner's classes exist before anything is written (a missing stub: one line, no folder)
+        part3, part11 = load_part3(a.impl), load_part11(a.impl)
+    except ImportError as error:
+        raise ConfigError("--impl", f"cannot import {a.impl}'s Parts 3 and 11 ({error})") from None
+    lm, tok = load_or_pretrain(progress=a.progress)
+    try:
+        check_impl(a, part3, part11, lm, tok)
+    except NotImplementedError:
+        raise stub_error(a.impl, "exercises/part11_goodhart.py") from None
+    if not a.resume:
+        out = new_run_dir(a.runs_dir, out.name, a.overwrite)
+        write_json({"command": COMMAND, "args": asdict(a), "seeds": seeds}, out / "config.json")
+    write_json({"command": COMMAND, "status": "running", "seeds": seeds}, out / "summary.json")
+    wandb = start_wandb(a.wandb, project="ppo-rlhf-workbook", run_name=out.name, run_dir=out, config=asdict(a))
+    t0 = time.perf_counter()
+    done = []
+    try:
+        for seed in seeds:
+            say(f"== seed {seed} ==")
+            done.append(measure_seed(a, seed, out / f"seed{seed}", lm, tok, say, a.progress))
+    except (KeyboardInterrupt, Interrupted):
+        write_json({"command": COMMAND, "status": "interrupted", "seeds": seeds}, out / "summary.json")
+        print(f"interrupted; the stages finished are kept in {out}/; continue with: "
+              f"python -m workbook {COMMAND} --resume {out}", flush=True)
+        if wandb is not None:
+            wandb.finish(exit_code=1)
+        return INTERRUPTED
+    except NotImplementedError:
+        write_json({"command": COMMAND, "status": "stub", "seeds": seeds}, out / "summary.json")
+        raise stub_error(a.impl, "exercises/part11_goodhart.py") from None
+    return finish(a, seeds, out, done, time.perf_counter() - t0, wandb)
+
+
+def finish(a: GoodhartArgs, seeds: list[int], out: Path, done: list[dict], wall_s: float, wandb) -> int:
+    from workbook.goodhart.figure import draw
+
+    res = results(a, done)
+    write_json(res, out / "results.json")
+    draw(res, out / "goodhart.png", a)
+    write_json({"command": COMMAND, "status": "finished", "seeds": seeds, "wall_s": wall_s,
+                "fits": [f for f in res["fits"] if f["seed"] == "all"]}, out / "summary.json")
+    print_table(res)
+    if wandb is not None:
+        import wandb as wb
+
+        wandb.log({"goodhart": wb.Image(str(out / "goodhart.png"))})
+        wandb.summary.update({f"{f['method']}/{f['proxy_pairs']}{'-' + f['ensemble'] if f.get('ensemble') else ''}/"
+                              f"{k}": f[k] for f in res["fits"] if f["seed"] == "all" for k in ("alpha", "beta", "r2", "d_peak")})
+        wandb.finish()
+    print(f"wrote {out}/: config.json, results.json, goodhart.png, summary.json, "
+          f"{', '.join(f'seed{s}/' for s in seeds)}  ({wall_s:.0f} s)")
+    print(f"next: python -m workbook evaluate {out}", flush=True)
+    return 0
+
+
+def evaluate_run(run_dir: Path) -> int:
+    """``python -m workbook evaluate RUN_DIR`` for a goodhart run: its fits and table again, from its files."""
+    path = run_dir / "results.json"
+    if not path.exists():
+        raise ConfigError("RUN_DIR", f"{run_dir} is a goodhart run that has not finished (no results.json); "
+                                     f"continue it with: python -m workbook {COMMAND} --resume {run_dir}")
+    res = json.loads(path.read_text())
+    print_table(res)
+    print(f"figure: {run_dir / 'goodhart.png'}; each RL run (seed<S>/rl/<proxy>/) is an rlhf run folder: "
+          f"python -m workbook evaluate {run_dir}/seed<S>/rl/<proxy> scores its policy with the gold")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
