@@ -187,11 +187,26 @@ def remember_samplings(monkeypatch) -> list:
 
 
 def test_two_sampler_processes_finish_and_are_never_staler_than_the_lag(tmp_path, monkeypatch):
-    started = remember_samplings(monkeypatch)
+    import multiprocessing.process
+    import pickle
+
+    started, sent = remember_samplings(monkeypatch), []
+    original_start = multiprocessing.process.BaseProcess.start
+
+    def start(self):
+        sent.append(len(pickle.dumps(self._args)))  # what the spawn writes into the child's pipe (start() drops _args)
+        original_start(self)
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start)
     run = reason(tmp_path, "two", "--samplers", "2", "--lag", "1", iterations=4)
     assert staleness(run) == [0.0, 1.0, 1.0, 1.0], "a fixed lag: batch i by version max(0, i − 1), whichever sampler"
     (sampling,) = started
     assert len(sampling.procs) == 2 and not any(p.is_alive() for p in sampling.procs.values())
+    # What a spawned sampler is given travels through a pipe its parent holds both ends of until it is read: over
+    # the pipe's 64 KiB, a sampler that dies while it starts would block the learner in start() forever. The model
+    # goes through a file, removed when the samplers are closed.
+    assert len(sent) == 2 and max(sent) < 64 * 1024, f"the model in the spawn's arguments: {sent} bytes"
+    assert not Path(sampling.frozen).exists(), "the samplers' setup file left behind"
 
 
 # --- corrections and mismatch ---------------------------------------------------------------------

@@ -51,10 +51,12 @@ import signal
 import socket
 import queue
 import sys
+import tempfile
 import threading
 import time
 import traceback
 from collections import deque
+from pathlib import Path
 from types import ModuleType
 
 import torch
@@ -283,7 +285,7 @@ def _serve(rank: int, setup: dict, stop: list[str]) -> None:
     inbox, outbox, orders = Inbox(0), Outbox(), deque()
     try:
         if "frozen" in setup:  # a spawned sampler: a task whose class a fresh process cannot import fails here
-            setup |= pickle.loads(setup.pop("frozen"))
+            setup |= pickle.loads(Path(setup.pop("frozen")).read_bytes())
         start = inbox.get(timeout_s(), stop=lambda: bool(stop))
         if stop:  # Ctrl-C before the first batch: said as at any other time
             outbox.send({"kind": "stopping", "signal": stop[0]}, 0)
@@ -364,7 +366,12 @@ class RemoteSampling:
         else:  # start them here, one spawned process each
             port, world = free_port(), self.n + 1
             context = mp.get_context(os.environ.get("WORKBOOK_SAMPLER_START", "spawn"))
-            frozen = _freeze({"lm": copy.deepcopy(lm).cpu().requires_grad_(False), "tok": tok, "task": task})
+            # The model, tokenizer and task go through a file, not the spawn's arguments: those are written into a
+            # pipe that the parent holds both ends of until the child has read them, so a payload over the pipe's
+            # 64 KiB, with a child that dies while it starts (a crash while importing, SIGKILL), blocks start() forever.
+            with tempfile.NamedTemporaryFile(prefix="workbook-sampler-", suffix=".pkl", delete=False) as f:
+                f.write(_freeze({"lm": copy.deepcopy(lm).cpu().requires_grad_(False), "tok": tok, "task": task}))
+            self.frozen = frozen = f.name
             self.cores_before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
             blocks = core_blocks(self.n + 1, args.threads)
             for r in self.ranks:
@@ -485,6 +492,8 @@ class RemoteSampling:
                 dist.destroy_process_group()
             except Exception:  # a group whose peers died may not tear down cleanly; the processes are gone
                 pass
+        if getattr(self, "frozen", None):
+            Path(self.frozen).unlink(missing_ok=True)
         if getattr(self, "cores_before", None):
             os.sched_setaffinity(0, self.cores_before)  # the evaluation after training may use every core again
 
