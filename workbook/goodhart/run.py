@@ -426,6 +426,9 @@ def print_table(res: dict) -> None:
             continue
         name = f"{f['proxy_pairs']} pairs" + (f" {f['ensemble']}" if f.get("ensemble") else "")
         a = acc.get(f["proxy_pairs"], [float("nan")])
+        if f["alpha"] is None:
+            print(f"{name:<14}{min(a):>7.2f}–{max(a):.2f}{f['method']:>6}   no fit: {f['no_fit']}")
+            continue
         peak = "none" if f["d_peak"] is None else f"{f['d_peak']:.2f}"
         print(f"{name:<14}{min(a):>7.2f}–{max(a):.2f}{f['method']:>6}{f['alpha']:>8.3f}{f['beta']:>8.3f}{f['r2']:>7.2f}"
               f"{peak:>10}")
@@ -496,7 +499,8 @@ def finish(a: GoodhartArgs, seeds: list[int], out: Path, done: list[dict], wall_
 
         wandb.log({"goodhart": wb.Image(str(out / "goodhart.png"))})
         wandb.summary.update({f"{f['method']}/{f['proxy_pairs']}{'-' + f['ensemble'] if f.get('ensemble') else ''}/"
-                              f"{k}": f[k] for f in res["fits"] if f["seed"] == "all" for k in ("alpha", "beta", "r2", "d_peak")})
+                              f"{k}": f[k] for f in res["fits"] if f["seed"] == "all" and f["alpha"] is not None
+                              for k in ("alpha", "beta", "r2", "d_peak")})
         wandb.finish()
     print(f"wrote {out}/: config.json, results.json, goodhart.png, summary.json, "
           f"{', '.join(f'seed{s}/' for s in seeds)}  ({wall_s:.0f} s)")
