@@ -142,6 +142,16 @@ def _goodhart_fall(pairs: int, seeds: int, rise: float):
     return check
 
 
+def _goodhart_fall_most(pairs: int, rise: float, of: int, at_least: int):
+    def check(out: dict) -> tuple[str, bool]:
+        rows = out["goals"]["1_rl_gold_falls_each_proxy"]["per_size"][str(pairs)]
+        said = ", ".join(f"seed {r['seed']}: gold {r['peak_gold']:+.2f} → {r['final_gold']:+.2f}, proxy "
+                         f"{r['proxy_at_peak']:+.2f} → {r['proxy_final']:+.2f}" for r in rows)
+        return said, (len(rows) == of and all(r["peak_gold"] >= rise for r in rows)
+                      and sum(r["holds"] for r in rows) >= at_least)
+    return check
+
+
 def _goodhart_accuracy(ranges: dict[int, tuple[float, float]]):
     def check(out: dict) -> tuple[str, bool]:
         acc = {n: [p["heldout_accuracy"] for p in out["proxies"] if p["pairs"] == n] for n in ranges}
@@ -205,9 +215,9 @@ CLAIMS = (
     Claim("goodhart-proxies", "the proxies' held-out pair accuracy: 0.50–0.65 at 100 pairs, 0.68–0.80 at 1,000, 0.80–0.90 "
           "at 10,000", ("docs/goodhart.md",), "goodhart-seed0",
           _goodhart_accuracy({100: (0.50, 0.65), 1000: (0.68, 0.80), 10000: (0.80, 0.90)})),
-    Claim("goodhart", "against the 1,000-pair proxy, PPO's gold rises by at least 0.2, peaks and falls by at least 0.1 "
-          "while the proxy keeps rising, on every seed", ("docs/goodhart.md",), "goodhart-3",
-          _goodhart_fall(1000, 3, 0.2), slow=True),
+    Claim("goodhart", "against the 1,000-pair proxy, PPO's gold rises by at least 0.2 on every seed, and falls by at "
+          "least 0.1 while the proxy keeps rising on at least 2 of 3 seeds", ("docs/goodhart.md",), "goodhart-3",
+          _goodhart_fall_most(1000, 0.2, 3, 2), slow=True),
     Claim("atari-goal", "Breakout reaches ≥ 8.5 points (5× random play) in 15 minutes on every seed measured",
           ("README.md", "docs/atari.md"), "atari", _atari, slow=True),
 )

@@ -44,15 +44,15 @@ def test_a_tiny_run_interrupted_then_resumed_writes_the_benchmarks_keys(tmp_path
     assert (folder / "seed0" / "rl" / "pairs4" / "summary.json").exists()
 
     monkeypatch.setattr(run.Stages, "rl", real)
-    import workbook.loop.rlhf as loop_rlhf
+    import workbook.loop.run as loop
 
-    starts, train = [], loop_rlhf.train
+    starts, train = [], loop.train
 
     def recorded(args, *, model, **kwargs):  # the weights each RL run starts from
         starts.append(sum(float(p.double().square().sum()) for p in model.parameters()))
         return train(args, model=model, **kwargs)
 
-    monkeypatch.setattr(loop_rlhf, "train", recorded)
+    monkeypatch.setattr(loop, "train", recorded)
     assert workbook_main(["goodhart", "--resume", str(folder), "--wandb", "disabled", "--no-progress"]) == 0
     assert len(starts) == 2 and starts[0] == starts[1], "every RL run starts from the base model, not the last run's policy"
     assert {p: p.stat().st_mtime_ns for p in kept} == kept, "the stages done were read back, not redone"

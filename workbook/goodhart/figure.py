@@ -54,7 +54,7 @@ def draw(res: dict, path: Path, args) -> None:
             bottom.plot(x, p, color=colour, label=label)
             bottom.fill_between(x, plo, phi, color=colour, alpha=0.2, linewidth=0)
             f = fits.get(key)
-            if f is not None:
+            if f is not None and f["alpha"] is not None:
                 grid = np.linspace(0, float(x.max()), 100)
                 fitted = grid * (f["alpha"] - f["beta"] * (grid if method == "bon" else
                                                            np.log(np.where(grid > 0, grid, 1.0))))

@@ -56,7 +56,12 @@ def curves(bon: list[dict], rl: list[dict]) -> dict[tuple, dict[int, tuple]]:
 
 
 def fit(part11: ModuleType, method: str, d: np.ndarray, r: np.ndarray) -> dict:
-    alpha, beta, r2 = part11.fit_gao(torch.tensor(d, dtype=torch.float64), torch.tensor(r, dtype=torch.float64), method)
+    """Gao's form through the points (Part 11's ``fit_gao`` and ``gao_peak``); all None, with the reason, when the points
+    cannot determine it (fewer than two distinct d > 0: a run stopped after its first iterations)."""
+    try:
+        alpha, beta, r2 = part11.fit_gao(torch.tensor(d, dtype=torch.float64), torch.tensor(r, dtype=torch.float64), method)
+    except ValueError as error:
+        return {"alpha": None, "beta": None, "r2": None, "d_peak": None, "no_fit": str(error)}
     return {"alpha": alpha, "beta": beta, "r2": r2, "d_peak": part11.gao_peak(alpha, beta, method)}
 
 

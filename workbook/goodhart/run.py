@@ -288,7 +288,7 @@ class Stages:
 
     def rl(self, proxies: dict, bank: dict, name: str, progress: bool) -> tuple[list[dict], str]:
         """One PPO run against proxy ``name`` (or the ensemble): its metrics (every iteration) and status."""
-        from workbook.loop.rlhf import train
+        from workbook.loop import run as loop
 
         a, m = self.a, self.m
         runs = self.out / "rl"
@@ -312,13 +312,58 @@ class Stages:
         task = m.ProxyTask(scorer, self.gold)
         t0 = time.perf_counter()
         # A copy: PPO trains the model it is given in place, and every run starts from the base model.
-        result = train(args, model=copy.deepcopy(self.lm), tok=self.tok, task=task, progress=progress, resume=resume)
+        result = loop.train(args, run_class=goodhart_rl_run(), model=copy.deepcopy(self.lm), tok=self.tok, task=task,
+                            progress=progress, resume=resume)
         rows = read_metrics(run_dir)
         if rows:
             self.say(f"seed {self.seed}: RL against {name}: {len(rows)} iterations, KL {rows[-1]['objective/kl']:.1f}, "
                      f"proxy {rows[-1]['env/reward_mean']:+.2f}, gold {rows[-1]['env/gold_mean']:+.3f} "
                      f"({time.perf_counter() - t0:.0f} s)")
         return rows, result.get("status", "finished")
+
+
+OPTION_NAMES = {"--learning-rate": "--rl-learning-rate", "--kl-coef": "--rl-kl-coef", "--max-new-tokens": "--max-new-tokens",
+                "--ent-coef": "--rl-ent-coef"}
+"""The rlhf loop's options that its warnings name, as this command spells them."""
+
+
+class _Warnings:
+    """The loop's dead-run watch, its lines in this command's words: over-optimisation is what is measured here."""
+
+    def __init__(self, watch):
+        self.watch = watch
+
+    def update(self, stats: dict) -> list[str]:
+        lines = []
+        for line in self.watch.update(stats):
+            for theirs, ours in OPTION_NAMES.items():
+                line = line.replace(f"{theirs} ", f"{ours} ")
+            lines.append(line + " — expected in this measurement, which runs without a KL leash to show the gold fall")
+        return lines
+
+    def summary(self) -> list[dict]:
+        return self.watch.summary()
+
+
+def goodhart_rl_run():
+    """The rlhf loop's run class for the RL runs of this command (an ``rlhf`` run folder; warnings in goodhart's words)."""
+    from workbook.loop.rlhf import RlhfRun
+
+    class GoodhartRlRun(RlhfRun):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.health = _Warnings(self.health)
+
+        def stopped(self, status, bad=None, line=None):
+            # The loop's own line would say "python -m workbook rlhf --resume <this run>", which would continue it
+            # against VADER, not the proxy: the goodhart command says how to continue instead.
+            import contextlib
+            import io
+
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                return super().stopped(status, bad, line)
+
+    return GoodhartRlRun
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -381,6 +426,9 @@ def print_table(res: dict) -> None:
             continue
         name = f"{f['proxy_pairs']} pairs" + (f" {f['ensemble']}" if f.get("ensemble") else "")
         a = acc.get(f["proxy_pairs"], [float("nan")])
+        if f["alpha"] is None:
+            print(f"{name:<14}{min(a):>7.2f}–{max(a):.2f}{f['method']:>6}   no fit: {f['no_fit']}")
+            continue
         peak = "none" if f["d_peak"] is None else f"{f['d_peak']:.2f}"
         print(f"{name:<14}{min(a):>7.2f}–{max(a):.2f}{f['method']:>6}{f['alpha']:>8.3f}{f['beta']:>8.3f}{f['r2']:>7.2f}"
               f"{peak:>10}")
@@ -422,9 +470,11 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             say(f"== seed {seed} ==")
             done.append(measure_seed(a, seed, out / f"seed{seed}", lm, tok, say, a.progress))
-    except (KeyboardInterrupt, Interrupted):
+    except (KeyboardInterrupt, Interrupted) as stop:
         write_json({"command": COMMAND, "status": "interrupted", "seeds": seeds}, out / "summary.json")
-        print(f"interrupted; the stages finished are kept in {out}/; continue with: "
+        what = "interrupted" if not isinstance(stop, Interrupted) or str(stop) == "interrupted" else \
+            f"an RL run stopped ({stop}: a NaN or inf; its last good checkpoint is kept)"
+        print(f"{what}; the stages finished are kept in {out}/; continue with: "
               f"python -m workbook {COMMAND} --resume {out}", flush=True)
         if wandb is not None:
             wandb.finish(exit_code=1)
@@ -449,7 +499,8 @@ def finish(a: GoodhartArgs, seeds: list[int], out: Path, done: list[dict], wall_
 
         wandb.log({"goodhart": wb.Image(str(out / "goodhart.png"))})
         wandb.summary.update({f"{f['method']}/{f['proxy_pairs']}{'-' + f['ensemble'] if f.get('ensemble') else ''}/"
-                              f"{k}": f[k] for f in res["fits"] if f["seed"] == "all" for k in ("alpha", "beta", "r2", "d_peak")})
+                              f"{k}": f[k] for f in res["fits"] if f["seed"] == "all" and f["alpha"] is not None
+                              for k in ("alpha", "beta", "r2", "d_peak")})
         wandb.finish()
     print(f"wrote {out}/: config.json, results.json, goodhart.png, summary.json, "
           f"{', '.join(f'seed{s}/' for s in seeds)}  ({wall_s:.0f} s)")
