@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from workbook.cli import add_seeds_option, make_parser, require_at_least, require_unique_seeds  # noqa: E402
+from workbook.cli import add_impl_option, add_seeds_option, make_parser, require_at_least, require_unique_seeds  # noqa: E402
 from workbook.runs import check_new_run_dir, command  # noqa: E402
 
 MARGIN = 0.1
@@ -129,7 +129,7 @@ def goals(res: dict, seeds: list[int], sizes: list[int], wall_s: float, rl_walls
 def main(argv: list[str] | None = None) -> int:
     p = make_parser("python benchmarks/goodhart.py", __doc__.split("\n\n")[0])
     add_seeds_option(p, [0, 1, 2], "one goodhart run per seed")
-    p.add_argument("--impl", default="solutions", choices=("exercises", "solutions"), help="whose code runs")
+    add_impl_option(p, "solutions")
     p.add_argument("--runs-dir", default="runs/goodhart-bench", help="one run folder per seed below it, and goodhart.png")
     p.add_argument("--overwrite", action="store_true", help="replace the seeds' run folders of an earlier benchmark")
     p.add_argument("--workers", type=int, default=2, help="seeds run at once, one process each (default: 2, the cores)")

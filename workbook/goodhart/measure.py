@@ -26,7 +26,6 @@ the stages together and writes them to a run folder.
 from __future__ import annotations
 
 import copy
-import importlib
 import math
 import random
 import time
@@ -43,15 +42,14 @@ from workbook.lm.tokenizer import CharTokenizer
 from workbook.loop.task import ReviewTask
 from workbook.rlhf.data import Rollout, load_part3, rollout
 from workbook.rlhf.reward_model import encode_texts, score_texts
+from workbook.runs import load_part
 
 Pair = tuple[int, int]  # (chosen, rejected): indices into a list of samples
 
 
 def load_part11(impl: str) -> ModuleType:
     """``exercises.part11_goodhart`` or ``solutions.part11_goodhart`` (the learner's by default)."""
-    if impl not in ("exercises", "solutions"):
-        raise ValueError(f"--impl must be 'exercises' or 'solutions', got {impl!r}")
-    return importlib.import_module(f"{impl}.part11_goodhart")
+    return load_part(impl, "part11_goodhart")
 
 
 def gold_scorer() -> Callable[[Sequence[str]], Tensor]:
