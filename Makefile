@@ -30,13 +30,17 @@ setup: $(VENV)/.installed
 # the .pyc files of workbook/, solutions/ and tests/ each one compiles them again (about 1.3 s of CPU each).
 # They go in __pycache__/, which git ignores. --durations=10 and the plugin's budget table end the run with
 # where its seconds went (docs/testing.md, "The suite's budget").
+# -n $(TEST_JOBS): pytest-xdist's workers, a test file each at a time (--dist loadfile: a file's shared fixtures, such
+# as a trained run several tests read, are built once); the meta-run's shards run beside them (tests/conftest.py).
+TEST_JOBS ?= 2
+
 test: $(VENV)/.installed
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest --impl=solutions --durations=10
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest --impl=solutions -n $(TEST_JOBS) --dist loadfile --durations=10
 
 # Every notebook executed headless in a real kernel: filled with the reference, with the stubs, with a planted
 # mistake, and grade on notebook work (make test checks only that they are current; CI runs both targets).
 test-notebooks: $(VENV)/.installed
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest --impl=solutions tests/test_notebooks.py --all-notebooks
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest --impl=solutions tests/test_notebooks.py --all-notebooks -n $(TEST_JOBS)
 
 main: $(VENV)/.installed
 	$(PY) -m workbook main

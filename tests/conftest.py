@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
 import pytest
 
 from workbook import variants
@@ -28,13 +35,66 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     if not meta or config.workbook_impl != "solutions":
         return
     items[:] = [item for item in items if META_FIXTURE not in getattr(item, "fixturenames", ())] + meta
-    config._workbook_variant_run = variants.start_suite_on_variants("variants")
+    if not hasattr(config, "workerinput"):  # under pytest-xdist the controller starts it, once (below)
+        config._workbook_variant_run = variants.start_suite_on_variants("variants")
+
+
+# --- under pytest-xdist (make test runs -n 2): one meta-run for all workers ---------------------------
+# Every worker collects every test, so starting the meta-run at collection would start it once per worker.
+# The controller starts it instead, as soon as a worker reports the meta-tests among its tests; a thread
+# writes its results to a folder every worker was told of, where the fixture below reads them.
+
+META_FILES = ("tests/test_mistakes_are_caught.py", "tests/test_alternatives_pass.py")
+
+
+def pytest_configure(config) -> None:
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None) \
+            and not hasattr(config, "workerinput"):
+        config._workbook_meta_dir = Path(tempfile.mkdtemp(prefix="workbook-meta-"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    node.workerinput["workbook_meta_dir"] = str(node.config._workbook_meta_dir)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    config = node.config
+    if (config.workbook_impl != "solutions" or getattr(config, "_workbook_variant_run", None) is not None
+            or not any(i.split("::")[0] in META_FILES for i in ids)):
+        return
+    run = config._workbook_variant_run = variants.start_suite_on_variants("variants")
+    folder = config._workbook_meta_dir
+
+    def wait_and_write() -> None:
+        try:
+            text, name = json.dumps(run.results()), "results.json"
+        except Exception as error:  # the workers' meta-tests fail with it, instead of waiting for a file
+            text, name = f"{type(error).__name__}: {error}", "error.txt"
+        (folder / f"{name}.part").write_text(text)
+        (folder / f"{name}.part").rename(folder / name)  # whole, or not there
+
+    threading.Thread(target=wait_and_write, name="workbook-meta-run", daemon=True).start()
+
+
+def _results_from_controller(folder: Path, timeout: float = 1500) -> dict[str, list[dict]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (folder / "results.json").exists():
+            return json.loads((folder / "results.json").read_text())
+        if (folder / "error.txt").exists():
+            raise RuntimeError((folder / "error.txt").read_text())
+        time.sleep(0.5)
+    raise RuntimeError(f"the meta-run gave no results in {timeout:.0f} s ({folder})")
 
 
 def pytest_unconfigure(config) -> None:
     run = getattr(config, "_workbook_variant_run", None)
-    if run is not None:  # started but never waited for (e.g. the session was interrupted)
+    if run is not None:  # started (a finished run: nothing to stop) but never waited for (e.g. the session was interrupted)
         run.cancel()
+    if getattr(config, "_workbook_meta_dir", None) is not None:
+        shutil.rmtree(config._workbook_meta_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +107,8 @@ def variant_results(request) -> dict[str, list[dict]]:
     """
     if request.config.workbook_impl != "solutions":
         pytest.skip("meta-test of the test suite: run with --impl=solutions")
+    if "workbook_meta_dir" in getattr(request.config, "workerinput", {}):
+        return _results_from_controller(Path(request.config.workerinput["workbook_meta_dir"]))
     run = getattr(request.config, "_workbook_variant_run", None)
     if run is None:
         return variants.run_suite_on_variants("variants")

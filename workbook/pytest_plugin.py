@@ -106,7 +106,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.workbook_impl = choice
     config.workbook_records = []
     path = config.getoption("--workbook-report")
-    config.workbook_report = Path(path) if path else None
+    # Under pytest-xdist (make test's -n 2) the workers hand their records to the controller when they end
+    # (pytest_testnodedown below), and only the controller writes the report and prints the tables.
+    config.workbook_report = Path(path) if path and not _xdist_worker(config) else None
     if config.workbook_report:
         config.workbook_report.write_text("")
     # Small models on 2 cores: one thread is faster and far steadier.
@@ -118,6 +120,30 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.register_profile("workbook", database=None)
     settings.register_profile("workbook-mistakes", database=None, phases=(Phase.explicit, Phase.generate))
     settings.load_profile("workbook-mistakes" if choice in VARIANT_RUNS else "workbook")
+
+
+def _xdist_worker(config: pytest.Config) -> bool:
+    """Whether this process is a pytest-xdist worker (its results reach the terminal through the controller)."""
+    return hasattr(config, "workerinput")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _xdist_worker(session.config):  # JSON-able dicts: execnet carries them to the controller
+        session.config.workeroutput["workbook_records"] = session.config.workbook_records
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist's controller: a finished worker's records join this process's (each collected test once:
+    every worker collects them all, and runs its share)."""
+    config = node.config
+    seen = config.__dict__.setdefault("_workbook_collected", set())
+    for record in getattr(node, "workeroutput", {}).get("workbook_records", []):
+        if record["kind"] == "collected":
+            if record["nodeid"] in seen:
+                continue
+            seen.add(record["nodeid"])
+        _record(config, record)
 
 
 def _record(config: pytest.Config, record: dict) -> None:
