@@ -31,11 +31,13 @@ setup: $(VENV)/.installed
 # They go in __pycache__/, which git ignores. --durations=10 and the plugin's budget table end the run with
 # where its seconds went (docs/testing.md, "The suite's budget").
 # -n $(TEST_JOBS): pytest-xdist's workers, a test file each at a time (--dist loadfile: a file's shared fixtures, such
-# as a trained run several tests read, are built once); the meta-run's shards run beside them (tests/conftest.py).
+# as a trained run several tests read, are built once), in the order tests/conftest.py gives them (the longest files
+# first: --no-loadscope-reorder, else xdist starts with the files of most tests); the meta-run's shards run beside
+# them from the start (tests/conftest.py). docs/testing.md, "The suite's budget", has the measurements.
 TEST_JOBS ?= 2
 
 test: $(VENV)/.installed
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest --impl=solutions -n $(TEST_JOBS) --dist loadfile --durations=10
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest --impl=solutions -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=10
 
 # Every notebook executed headless in a real kernel: filled with the reference, with the stubs, with a planted
 # mistake, and grade on notebook work (make test checks only that they are current; CI runs both targets).

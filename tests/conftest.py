@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -31,12 +32,26 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     running alone while the rest waits; the meta-tests, moved to the end, then find it done
     or nearly so.
     """
+    if hasattr(config, "workerinput"):
+        _slow_files_first(items)
     meta = [item for item in items if META_FIXTURE in getattr(item, "fixturenames", ())]
     if not meta or config.workbook_impl != "solutions":
         return
     items[:] = [item for item in items if META_FIXTURE not in getattr(item, "fixturenames", ())] + meta
     if not hasattr(config, "workerinput"):  # under pytest-xdist the controller starts it, once (below)
         config._workbook_variant_run = variants.start_suite_on_variants("variants")
+
+
+LONGEST_FILES = ("test_async_train.py", "test_async_faults.py", "test_agent_train.py", "test_harness.py", "test_cli.py",
+                 "test_reason_train.py", "test_part6_data_parallel.py", "test_data_parallel.py", "test_hf.py")
+"""The test files that took longest in make test (its budget table, docs/testing.md), longest first."""
+
+
+def _slow_files_first(items: list) -> None:
+    """Under pytest-xdist (--dist loadfile hands out whole files in this order): the longest files first, so that
+    no long file starts last while the other worker has run out of work (the order only; every test still runs)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the others keep their order
 
 
 # --- under pytest-xdist (make test runs -n 2): one meta-run for all workers ---------------------------
@@ -64,7 +79,12 @@ def pytest_xdist_node_collection_finished(node, ids) -> None:
     if (config.workbook_impl != "solutions" or getattr(config, "_workbook_variant_run", None) is not None
             or not any(i.split("::")[0] in META_FILES for i in ids)):
         return
-    run = config._workbook_variant_run = variants.start_suite_on_variants("variants")
+    # The CPUs the workers leave (at least one shard): each shard pays its own start-up and collection (about 6 s).
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = config.getoption("numprocesses")
+    workers = workers if isinstance(workers, int) else usable  # "auto" and "logical" become a number before this
+    jobs = int(os.environ.get("WORKBOOK_META_JOBS", 0)) or max(1, usable - workers)
+    run = config._workbook_variant_run = variants.start_suite_on_variants("variants", jobs)
     folder = config._workbook_meta_dir
 
     def wait_and_write() -> None:

@@ -49,6 +49,30 @@ def short_deadline(monkeypatch):
     monkeypatch.setenv("WORKBOOK_DIST_TIMEOUT_S", TIMEOUT_S)  # read when a run starts; its samplers inherit it
 
 
+FORK_SERVER_PRELOAD = ["workbook.async_rl.processes", "workbook.loop.verifiable", "solutions.part7_reasoning"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def samplers_from_a_fork_server():
+    """The runs in this process start their samplers from a fork server (the engine's ``WORKBOOK_SAMPLER_START``):
+    the modules are loaded once, so a sampler starts in a tenth of a second instead of the two CPU seconds of a
+    fresh interpreter importing torch. Both start methods pickle the same process object and rebuild the same
+    sampler; a test marked ``spawn``, and every run in a process of its own (``Command``, torchrun), start them
+    as real runs do."""
+    import multiprocessing
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(FORK_SERVER_PRELOAD)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WORKBOOK_SAMPLER_START", "forkserver")
+        yield
+
+
+@pytest.fixture(autouse=True)
+def spawn_when_marked(request, monkeypatch):
+    if request.node.get_closest_marker("spawn") is not None:
+        monkeypatch.delenv("WORKBOOK_SAMPLER_START", raising=False)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def no_curves():
     """The runs in this process draw no curves.png (a second each; the subprocess runs still draw theirs)."""
@@ -97,6 +121,7 @@ def sync_run(tmp_path_factory):
     return reason(tmp_path_factory.mktemp("sync"), "sync")
 
 
+@pytest.mark.spawn
 def test_lag_0_with_a_float32_sampler_process_is_the_synchronous_run(sync_run, tmp_path):
     # Uncorrected: a corrected run's weights are 1 only to within 1e-7 (the sampler's log-probs come from a KV cache).
     run = reason(tmp_path, "s1-lag0", "--samplers", "1", "--lag", "0", "--correction", "none")
@@ -110,6 +135,7 @@ def test_lag_0_with_a_float32_sampler_process_is_the_synchronous_run(sync_run, t
     assert checkpoint(run)["sampling"] is not None and checkpoint(sync_run)["sampling"] is None
 
 
+@pytest.mark.spawn
 def test_under_torchrun_rank_1_is_the_sampler_and_lag_0_is_the_synchronous_run(sync_run, tmp_path):
     """Across machines torchrun starts the ranks: rank 0 learns, rank 1 samples (here 2 processes, gloo)."""
     import os
@@ -186,6 +212,7 @@ def remember_samplings(monkeypatch) -> list:
     return started
 
 
+@pytest.mark.spawn
 def test_two_sampler_processes_finish_and_are_never_staler_than_the_lag(tmp_path, monkeypatch):
     import multiprocessing.process
     import pickle
@@ -406,6 +433,7 @@ class Command:
     def __init__(self, tmp_path: Path, name: str, *extra: str, timeout_s: str = TIMEOUT_S):
         self.run, self.out, self.err = tmp_path / name, tmp_path / f"{name}.out", tmp_path / f"{name}.err"
         env = dict(os.environ, WORKBOOK_DIST_TIMEOUT_S=timeout_s, OMP_NUM_THREADS="1")
+        env.pop("WORKBOOK_SAMPLER_START", None)  # spawned, as real runs start them
         with open(self.out, "w") as out, open(self.err, "w") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "workbook", "reason", *TINY, "--samplers", "1", "--iterations", "40",

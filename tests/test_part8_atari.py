@@ -101,7 +101,8 @@ def test_nature_cnn_layers_and_initialisation(impl, ref, num_actions, frame_stac
 
     check_exercise(impl, ref, "NatureCNN", run, rtol=1e-3, atol=1e-6,
                    call=f"NatureCNN({num_actions}" + (") — the default frame_stack=4" if frame_stack is None
-                                                          else f", frame_stack={frame_stack})"))
+                                                          else f", frame_stack={frame_stack})"),
+                   cache_key=f"NatureCNN layers {num_actions} {frame_stack}")
 
 
 @pytest.mark.exercise("NatureCNN")
@@ -117,7 +118,8 @@ def test_nature_cnn_outputs_match_reference(impl, ref, num_actions, frame_stack,
 
     check_exercise(impl, ref, "NatureCNN", run, rtol=1e-4, atol=1e-5,
                    call=f"NatureCNN({num_actions}, {frame_stack}) with the reference's weights on {batch} "
-                        f"{dtype} screen(s) of pixels 0–255")
+                        f"{dtype} screen(s) of pixels 0–255",
+                   cache_key=f"NatureCNN outputs {num_actions} {frame_stack} {batch} {dtype}")
 
 
 @pytest.mark.exercise("NatureCNN")
@@ -438,7 +440,8 @@ def test_atari_objective_and_its_gradients_match_reference(impl, ref, seed, fram
 
     check_exercise(impl, ref, "compute_atari_objective", run, rtol=1e-4, atol=1e-7,
                    call=f"compute_atari_objective(NatureCNN(4, {frame_stack}), its CriticView, a minibatch of 12, "
-                        f"AtariPPOArgs({settings})), then backward()")
+                        f"AtariPPOArgs({settings})), then backward()",
+                   cache_key=f"atari objective {seed} {frame_stack} {settings}")
 
 
 @pytest.mark.exercise("compute_atari_objective")

@@ -460,10 +460,21 @@ def torchrun(args: list[str], nproc: int = 2, *, timeout: float = 120, env: dict
     After ``timeout`` seconds the job is stopped — SIGTERM to torchrun, which ends its ranks,
     then SIGKILL to its process group if it lingers — and ``subprocess.TimeoutExpired`` raised.
     """
+    return finish_torchrun(start_torchrun(args, nproc, env=env, cwd=cwd), timeout)
+
+
+def start_torchrun(args: list[str], nproc: int = 2, *, env: dict | None = None,
+                   cwd: str | None = None) -> subprocess.Popen:
+    """:func:`torchrun` started and not waited for (work can go on beside it); :func:`finish_torchrun` waits."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]
     full_env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd,
-                          start_new_session=True) as proc:
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd,
+                            start_new_session=True)
+
+
+def finish_torchrun(proc: subprocess.Popen, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Wait for a job of :func:`start_torchrun`: its output, or ``subprocess.TimeoutExpired`` (the job stopped)."""
+    with proc:
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -474,4 +485,4 @@ def torchrun(args: list[str], nproc: int = 2, *, timeout: float = 120, env: dict
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.communicate()
             raise
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
