@@ -150,8 +150,9 @@ def ctrl_c() -> str:
 
 
 def ctrl_c_while_starting() -> str:
-    """Ctrl-C reaches the sampler while its interpreter starts (before its handlers exist): it ignores it, as the
-    learner, which the terminal's Ctrl-C reaches too, decides when everyone stops. Here only the sampler gets it."""
+    """Ctrl-C reaches the sampler as it starts: before its handlers exist it ignores it, as the learner, which the
+    terminal's Ctrl-C reaches too, decides when everyone stops (here only the sampler gets it, so the run finishes);
+    a signal that comes after them stops it as any Ctrl-C does. Which one a try meets is timing."""
     import contextlib
     import multiprocessing
 

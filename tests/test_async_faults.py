@@ -1,4 +1,5 @@
-"""Each fault path of Part 10's sampler engine, 20 times in a row, ends the same way every time (issue 36).
+"""Each fault path of Part 10's sampler engine, 20 times in a row, ends the same way every time (issue 36) — but a
+Ctrl-C while the sampler starts, which has two clean endings depending on when it lands.
 
 Not graded: the given engine (workbook/async_rl/processes.py) under tests/stress_async_faults.py, run
 as a process of its own, so that its exit is checked too: a process group torn down while a thread
@@ -27,8 +28,12 @@ EXPECTED = {
     "stops-answering": r"sampler 1 \(pid N\) stopped answering \(nothing received for 0.5 s\) before sending batch \d+",
     "learner-raises": r"the learner raised the update broke",
     "ctrl-c": r"interrupted: sampler 1 stopped on SIGINT",
-    "ctrl-c-while-starting": r"finished",  # ignored until its handlers exist; the learner (not signalled here) decides
+    # Ignored until its handlers exist, then a Ctrl-C like any other: which of the two a try meets depends on how far
+    # the sampler got when the signal came (under load, 1 try in 20 came after: make test, 2026-11-27). Either is
+    # one clean ending; a try that ends any other way, or leaves anything behind, fails.
+    "ctrl-c-while-starting": r"finished|interrupted: sampler 1 stopped on SIGINT",
 }
+ONE_ENDING = set(EXPECTED) - {"ctrl-c-while-starting"}
 
 
 @pytest.mark.slow
@@ -44,6 +49,6 @@ def test_every_fault_path_ends_the_same_way_every_time():
     assert set(report) == set(EXPECTED)
     for path, pattern in EXPECTED.items():
         endings = report[path]["endings"]
-        assert len(endings) == 1 and sum(endings.values()) == TRIES, (path, endings)
-        (ending,) = endings
-        assert re.fullmatch(pattern, ending), (path, ending)  # and nothing left behind: it would be appended
+        assert (len(endings) == 1 or path not in ONE_ENDING) and sum(endings.values()) == TRIES, (path, endings)
+        for ending in endings:
+            assert re.fullmatch(pattern, ending), (path, ending)  # and nothing left behind: it would be appended
