@@ -12,17 +12,14 @@ TORCH_SPEC ?= torch==2.13.0
 .PHONY: setup test test-notebooks main grade check-figures mutation clean
 
 # torch first, with pip (TORCH_SPEC: pip reads the machine's package settings, where the CPU wheel is; uv would
-# take PyPI's default build of torch, with CUDA), its .pyc files compiled on every core (pip compiles one file at a
-# time: 27 s for torch alone, 11 + 6 s this way; as pip does, a file in a newer Python's syntax is skipped);
-# then the rest with uv (seconds, where pip takes about a minute), or with pip where uv cannot be had. torch is
-# already there, so uv keeps it and never looks for a build.
+# take PyPI's default build of torch, with CUDA); then the rest with uv (seconds, where pip takes about a minute),
+# or with pip where uv cannot be had. torch is already there, so uv keeps it and never looks for a build.
 # --compile-bytecode: pip writes .pyc files at install, uv only when asked; without them every test
 # subprocess compiles gymnasium, transformers, wandb, ... again (where PYTHONDONTWRITEBYTECODE is set).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile "$(TORCH_SPEC)"
-	$(PY) -m compileall -qq -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet uv && $(PY) -m uv pip install --quiet --compile-bytecode --python $(PY) -e ".[dev,hf]" \
 		|| $(PY) -m pip install --quiet -e ".[dev,hf]"
 	touch $@

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from workbook import variants
+from workbook.pytest_plugin import LONGEST_FILES
 
 META_FIXTURE = "variant_results"
 
@@ -40,11 +41,6 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     items[:] = [item for item in items if META_FIXTURE not in getattr(item, "fixturenames", ())] + meta
     if not hasattr(config, "workerinput"):  # under pytest-xdist the controller starts it, once (below)
         config._workbook_variant_run = variants.start_suite_on_variants("variants")
-
-
-LONGEST_FILES = ("test_async_train.py", "test_async_faults.py", "test_agent_train.py", "test_harness.py", "test_cli.py",
-                 "test_reason_train.py", "test_part6_data_parallel.py", "test_data_parallel.py", "test_hf.py")
-"""The test files that took longest in make test (its budget table, docs/testing.md), longest first."""
 
 
 def _slow_files_first(items: list) -> None:

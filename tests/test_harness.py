@@ -232,3 +232,80 @@ def test_pytest_rejects_an_unknown_impl():
     proc = subprocess.run([sys.executable, "-m", "pytest", "tests/test_harness.py", "--impl=nonsense", "-q",
                            "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "--impl must be one of" in proc.stderr + proc.stdout
+
+
+# --- the suite's budget and make test's two workers (docs/testing.md) ----------------------------------------
+
+class _Lines:
+    """A terminal reporter that keeps what the plugin writes, with the reports pytest would have collected."""
+
+    def __init__(self, stats: dict) -> None:
+        self.stats, self.lines = stats, []
+
+    def write_sep(self, sep: str, title: str) -> None:
+        self.lines.append(title)
+
+    def write_line(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def _report(nodeid: str, seconds: float) -> pytest.TestReport:
+    return pytest.TestReport(nodeid, ("x", 0, "t"), {}, "passed", None, "call", duration=seconds)
+
+
+def test_the_budget_table_names_the_slowest_files_a_part_over_budget_and_a_slow_file_the_workers_do_not_start_with():
+    from types import SimpleNamespace
+
+    from workbook import pytest_plugin as plugin
+
+    stats = {"passed": [_report("tests/test_part6_data_parallel.py::a", 6.0), _report("tests/test_part6_data_parallel.py::b", 2.0),
+                        _report("tests/test_part1_ppo_core.py::a", 3.0), _report("tests/test_new_thing.py::a", 30.0),
+                        _report(f"tests/{plugin.LONGEST_FILES[0]}::a", 50.0)]}
+    config = SimpleNamespace(workbook_impl="solutions", _workbook_started=time.perf_counter() - 300)
+    out = _Lines(stats)
+    plugin._budget_report(out, config)
+    text = "\n".join(out.lines)
+    assert "this run: 300 s" in text and "OVER BUDGET" in text
+    assert text.index(plugin.LONGEST_FILES[0]) < text.index("test_new_thing.py") < text.index("test_part6")
+    assert "not in pytest_plugin.LONGEST_FILES" in text and text.count("test_new_thing.py") == 2
+    over = [line for line in out.lines if line.startswith("  over a part's budget")]
+    assert len(over) == 1 and "test_part6_data_parallel.py" in over[0] and "8.0 s" in over[0]  # its two tests, summed
+    # One file: no table (a learner's loop on one part).
+    out = _Lines({"passed": [_report("tests/test_part1_ppo_core.py::a", 300.0)]})
+    plugin._budget_report(out, config)
+    assert out.lines == []
+
+
+def test_the_workers_records_reach_the_controller_each_collected_test_once():
+    from types import SimpleNamespace
+
+    from workbook import pytest_plugin as plugin
+    from workbook.grading import aggregate
+
+    config = SimpleNamespace(workbook_records=[], workbook_report=None)
+    collected = [{"kind": "collected", "nodeid": f"t::{i}", "part": "p", "exercise": "e", "points": 1} for i in range(3)]
+    results = [{"kind": "result", "nodeid": f"t::{i}", "part": "p", "exercise": "e", "outcome": "passed", "message": ""}
+               for i in range(3)]
+    # Every worker collects every test; each runs its share.
+    plugin.pytest_testnodedown(SimpleNamespace(config=config, workeroutput={"workbook_records": collected + results[:2]}), None)
+    plugin.pytest_testnodedown(SimpleNamespace(config=config, workeroutput={"workbook_records": collected + results[2:]}), None)
+    plugin.pytest_testnodedown(SimpleNamespace(config=config), "a worker that crashed sends nothing")
+    assert sum(r["kind"] == "collected" for r in config.workbook_records) == 3
+    (row,) = aggregate(config.workbook_records)
+    assert row.status == PASSING and row.tests == 3
+
+
+def test_the_workers_read_the_meta_run_of_the_controller_or_its_error(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("conftest_under_test", ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    with pytest.raises(RuntimeError, match="no results in 0 s"):
+        conftest._results_from_controller(tmp_path, timeout=0.2)
+    (tmp_path / "error.txt").write_text("RuntimeError: the variants run produced no results")
+    with pytest.raises(RuntimeError, match="produced no results"):
+        conftest._results_from_controller(tmp_path, timeout=5)
+    (tmp_path / "error.txt").unlink()
+    (tmp_path / "results.json").write_text(json.dumps({"mistake:p:e:n": [{"outcome": "failed"}]}))
+    assert conftest._results_from_controller(tmp_path, timeout=5) == {"mistake:p:e:n": [{"outcome": "failed"}]}
