@@ -606,7 +606,8 @@ def _exercise_marked(report: pytest.TestReport) -> bool:
 # --- the suite's budget (docs/testing.md) ------------------------------------------------
 
 LONGEST_FILES = ("test_async_train.py", "test_async_faults.py", "test_agent_train.py", "test_harness.py", "test_cli.py",
-                 "test_reason_train.py", "test_part6_data_parallel.py", "test_data_parallel.py", "test_hf.py")
+                 "test_reason_train.py", "test_learner_calls.py", "test_hf.py", "test_part6_data_parallel.py",
+                 "test_data_parallel.py")
 """The test files that take longest in make test, longest first: pytest-xdist's workers start with them
 (tests/conftest.py), so that no long file starts last while the other worker has run out of work. The budget
 table names a slow file that is missing here."""
