@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from workbook import variants
-from workbook.pytest_plugin import LONGEST_FILES
+from workbook.pytest_plugin import LONGEST_FILES, META_FILES
 
 META_FIXTURE = "variant_results"
 
@@ -55,9 +55,6 @@ def _slow_files_first(items: list) -> None:
 # The controller starts it instead, as soon as a worker reports the meta-tests among its tests; a thread
 # writes its results to a folder every worker was told of, where the fixture below reads them.
 
-META_FILES = ("tests/test_mistakes_are_caught.py", "tests/test_alternatives_pass.py")
-
-
 def pytest_configure(config) -> None:
     if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None) \
             and not hasattr(config, "workerinput"):
@@ -76,7 +73,7 @@ def pytest_xdist_node_collection_finished(node, ids) -> None:
             or not any(i.split("::")[0] in META_FILES for i in ids)):
         return
     # The CPUs the workers leave (at least one shard): each shard pays its own start-up and collection (about 6 s).
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    usable = variants.usable_cpus()
     workers = config.getoption("numprocesses")
     workers = workers if isinstance(workers, int) else usable  # "auto" and "logical" become a number before this
     jobs = int(os.environ.get("WORKBOOK_META_JOBS", 0)) or max(1, usable - workers)
@@ -107,7 +104,7 @@ def _results_from_controller(folder: Path, timeout: float = 1500) -> dict[str, l
 
 def pytest_unconfigure(config) -> None:
     run = getattr(config, "_workbook_variant_run", None)
-    if run is not None:  # started (a finished run: nothing to stop) but never waited for (e.g. the session was interrupted)
+    if run is not None:  # never waited for here (an interrupted session; or the xdist controller's, already finished)
         run.cancel()
     if getattr(config, "_workbook_meta_dir", None) is not None:
         shutil.rmtree(config._workbook_meta_dir, ignore_errors=True)

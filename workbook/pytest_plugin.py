@@ -611,6 +611,8 @@ LONGEST_FILES = ("test_async_train.py", "test_async_faults.py", "test_agent_trai
 """The test files that take longest in make test, longest first: pytest-xdist's workers start with them
 (tests/conftest.py), so that no long file starts last while the other worker has run out of work. The budget
 table names a slow file that is missing here."""
+META_FILES = ("tests/test_mistakes_are_caught.py", "tests/test_alternatives_pass.py")
+"""The meta-tests: their time is the wait for the meta-run (tests/conftest.py), not work of their own."""
 UNLISTED_S = 15.0
 """A file slower than this and missing from LONGEST_FILES is named by the budget table (shorter ones hardly change
 how the two workers end)."""
@@ -652,7 +654,7 @@ def _budget_report(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(f"    {seconds:6.1f} s  {path}")
     unlisted = [path for path, seconds in sorted(per_file.items(), key=lambda kv: -kv[1])[:len(LONGEST_FILES)]
                 if seconds > UNLISTED_S and Path(path).name not in LONGEST_FILES
-                and Path(path).name not in ("test_mistakes_are_caught.py", "test_alternatives_pass.py")]
+                and path not in META_FILES]
     if unlisted:
         terminalreporter.write_line(f"  among the slowest but not in pytest_plugin.LONGEST_FILES (add them, so that make test's "
                                     f"workers start with them): {', '.join(unlisted)}")

@@ -100,6 +100,11 @@ class Registry:
 
 # --- the meta-run: the suite on every variant, sharded over processes --------------------------
 
+def usable_cpus() -> int:
+    """The CPUs this process may use (no affinity on macOS: all of them)."""
+    return (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) or 1
+
+
 def start_suite_on_variants(kinds: str = "variants", jobs: int | None = None) -> "VariantRun":
     """Start ``pytest --impl=<kinds>`` in ``jobs`` parallel shards, in the background.
 
@@ -107,8 +112,7 @@ def start_suite_on_variants(kinds: str = "variants", jobs: int | None = None) ->
     a copy of the reference. ``jobs`` defaults to ``$WORKBOOK_META_JOBS`` or the number of CPUs
     this process may use. :meth:`VariantRun.results` waits for the shards.
     """
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # no affinity on macOS
-    jobs = jobs or int(os.environ.get("WORKBOOK_META_JOBS", 0)) or usable or 1
+    jobs = jobs or int(os.environ.get("WORKBOOK_META_JOBS", 0)) or usable_cpus()
     tmp = Path(tempfile.mkdtemp(prefix="workbook-variants-"))
     # Only the exercise tests can run on a variant (they live in tests/test_part*.py): collecting
     # nothing else saves every shard the imports of the other test modules.
