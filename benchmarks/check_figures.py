@@ -133,23 +133,19 @@ def _atari(out: dict) -> tuple[str, bool]:
     return said, out.get("ours_reached_goal") == len(out["seeds"])
 
 
-def _goodhart_rise_then_fall_somewhere(pairs: int, rise: float, seeds: int):
-    """Against the ``pairs`` proxy the gold rises by ``rise`` on every seed; and on every seed, against at least one
-    proxy (which one varies with the seed and the kernel set: docs/goodhart.md), it rises by ``rise`` and then falls
-    by at least 0.1 while that proxy keeps rising (the benchmark's goal 1 asks more: the fall at least half the rise,
-    against the smallest proxy)."""
+def _goodhart_falls(rise: float, fall: float, seeds: int):
+    """On every seed and against every proxy: PPO's gold rises by ``rise``, then falls by at least ``fall`` and ends
+    below the base policy's gold, while the proxy keeps rising (Goodhart, seen; goal 1 of issue 37 asks the fall
+    against the smallest proxy to be at least half the rise as well: the benchmark's own goals)."""
     def check(out: dict) -> tuple[str, bool]:
         per_size = out["goals"]["1_rl_gold_falls_each_proxy"]["per_size"]
-        risen = per_size[str(pairs)]
-        said = [f"{pairs} pairs: gold peaks " + ", ".join(f"{r['peak_gold']:+.2f}" for r in risen)]
-        ok = len(risen) == seeds and all(r["peak_gold"] >= rise for r in risen)
-        for seed in sorted({r["seed"] for rows in per_size.values() for r in rows}):
-            fell = [f"{n} pairs ({r['peak_gold']:+.2f} → {r['final_gold']:+.2f}, proxy {r['proxy_at_peak']:+.2f} → "
-                    f"{r['proxy_final']:+.2f})" for n, rows in per_size.items() for r in rows
-                    if r["seed"] == seed and r["peak_gold"] >= rise and r["fall"] >= 0.1
-                    and r["proxy_final"] > r["proxy_at_peak"]]
-            said.append(f"seed {seed}: falls against " + (", ".join(fell) if fell else "none"))
-            ok = ok and bool(fell)
+        said, ok = [], len(per_size) >= 3
+        for n, rows in per_size.items():
+            said.append(f"{n} pairs: " + ", ".join(f"{r['peak_gold']:+.2f} → {r['final_gold']:+.2f} (proxy "
+                                                    f"{r['proxy_at_peak']:+.2f} → {r['proxy_final']:+.2f})" for r in rows))
+            ok = ok and len(rows) == seeds and all(
+                r["peak_gold"] >= rise and r["fall"] >= fall and r["final_gold"] < 0 and r["proxy_final"] > r["proxy_at_peak"]
+                for r in rows)
         return "; ".join(said), ok
     return check
 
@@ -181,8 +177,8 @@ SOURCES = {
                        "--no-progress"), 17),
     "cartpole": Source(("benchmarks/cartpole.py", "--vs-cleanrl", "--seeds", "1", "2", "3"), 2),
     "atari": Source(("benchmarks/atari.py", "--seeds", "1", "--concurrent"), 16),
-    "goodhart-seed0": Source(("benchmarks/goodhart.py", "--seeds", "0"), 3),
-    "goodhart-3": Source(("benchmarks/goodhart.py", "--seeds", "0", "1", "2"), 8),
+    "goodhart-seed0": Source(("benchmarks/goodhart.py", "--seeds", "0"), 5),
+    "goodhart-3": Source(("benchmarks/goodhart.py", "--seeds", "0", "1", "2"), 10),
     "agents-3": Source(("benchmarks/agents.py", "--seeds", "0", "1", "2", "--curve-n", "1", "--no-ablation",
                         "--no-progress"), 12),
 }
@@ -211,15 +207,15 @@ CLAIMS = (
           "seed and kernel set", ("README.md", "docs/async_rl.md"), "async-3", _stale(3, 3), slow=True),
     Claim("cartpole-speed", "ours solves CartPole at least 20× faster than CleanRL's `ppo.py`",
           ("README.md", "docs/cartpole.md"), "cartpole", _cartpole),
-    Claim("goodhart-seed0", "seed 0: against the 1,000-pair proxy PPO's gold (VADER) rises by at least 0.2; against at "
-          "least one proxy it rises by 0.2 and then falls by at least 0.1 while that proxy keeps rising",
-          ("docs/goodhart.md",), "goodhart-seed0", _goodhart_rise_then_fall_somewhere(1000, 0.2, 1)),
-    Claim("goodhart-proxies", "the proxies' held-out pair accuracy: 0.50–0.65 at 100 pairs, 0.68–0.80 at 1,000, 0.80–0.90 "
-          "at 10,000", ("docs/goodhart.md",), "goodhart-seed0",
-          _goodhart_accuracy({100: (0.50, 0.65), 1000: (0.68, 0.80), 10000: (0.80, 0.90)})),
-    Claim("goodhart", "on every seed: against the 1,000-pair proxy PPO's gold rises by at least 0.2; against at least "
-          "one proxy it rises by 0.2 and then falls by at least 0.1 while that proxy keeps rising",
-          ("docs/goodhart.md",), "goodhart-3", _goodhart_rise_then_fall_somewhere(1000, 0.2, 3), slow=True),
+    Claim("goodhart-seed0", "seed 0: against every proxy (1,000, 3,000 and 10,000 pairs) PPO's gold rises by at least "
+          "0.15, then falls by at least 0.4 and ends below the base policy's, while the proxy keeps rising",
+          ("docs/goodhart.md",), "goodhart-seed0", _goodhart_falls(0.15, 0.4, 1)),
+    Claim("goodhart-proxies", "the proxies' held-out pair accuracy: 0.62–0.76 at 1,000 pairs, 0.72–0.78 at 3,000, "
+          "0.80–0.88 at 10,000", ("docs/goodhart.md",), "goodhart-seed0",
+          _goodhart_accuracy({1000: (0.62, 0.76), 3000: (0.72, 0.78), 10000: (0.80, 0.88)})),
+    Claim("goodhart", "on every seed and kernel set: against every proxy (1,000, 3,000 and 10,000 pairs) PPO's gold "
+          "rises by at least 0.15, then falls by at least 0.4 and ends below the base policy's, while the proxy keeps "
+          "rising", ("README.md", "docs/goodhart.md"), "goodhart-3", _goodhart_falls(0.15, 0.4, 3), slow=True),
     Claim("atari-goal", "Breakout reaches ≥ 8.5 points (5× random play) in 15 minutes on every seed measured",
           ("README.md", "docs/atari.md"), "atari", _atari, slow=True),
 )

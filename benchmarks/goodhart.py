@@ -9,7 +9,7 @@ all seeds' points together), the figure (``goodhart.png`` in ``--runs-dir``) and
 "goals", "seeds", "wall_s", "cpu_s", "load_average"}`` (the rows' keys: docs/goodhart.md).
 
 Goals (3 of 3 seeds): (1) RL against the smallest proxy: the gold rises, peaks and falls by a clear
-margin (≥ 0.1 on VADER's scale, and ≥ half its rise) while the proxy keeps rising; best-of-n's peak
+margin (a rise ≥ 0.1 on the gold's scale, a fall ≥ 0.1 and ≥ half the rise) while the proxy keeps rising; best-of-n's peak
 (or not) at the n reached; (2) R² ≥ 0.9 for the curves with a peak, the peak at larger √KL as the
 proxy gets more data; (3) the ensemble's gold above the single proxy's at the same KL; (4) the whole
 benchmark ≤ 15 minutes on 2 cores, one RL run ≤ 2 minutes on one core. The CPU may be shared: the load
@@ -36,7 +36,8 @@ from workbook.cli import add_impl_option, add_seeds_option, make_parser, require
 from workbook.runs import check_new_run_dir, command  # noqa: E402
 
 MARGIN = 0.1
-"""A clear fall of the gold: at least this much on VADER's [-1, 1] scale (and at least half the rise)."""
+"""A clear rise and a clear fall of the gold: each at least this much on the gold's [-1, 1] scale (the fall also at least
+half the rise)."""
 
 
 def run_seed(seed: int, options) -> dict:
@@ -84,7 +85,8 @@ def goals(res: dict, seeds: list[int], sizes: list[int], wall_s: float, rl_walls
             rise = f["measured_peak_gold"]
             out.append({"seed": s, "peak_gold": rise, "peak_d": f["measured_peak_d"], "final_gold": f["final_gold"],
                         "fall": f["fall"], "proxy_at_peak": f["proxy_at_peak"], "proxy_final": f["proxy_final"],
-                        "holds": f["fall"] >= MARGIN and f["fall"] >= 0.5 * rise and f["proxy_final"] > f["proxy_at_peak"]})
+                        "holds": rise >= MARGIN and f["fall"] >= MARGIN and f["fall"] >= 0.5 * rise
+                        and f["proxy_final"] > f["proxy_at_peak"]})
         return out
 
     g1 = hump(small)
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     from workbook.goodhart.fits import fit_rows
     from workbook.goodhart.measure import load_part11
 
-    res = {"gold": "vader", **{k: [row for s in per_seed for row in s["results"][k]] for k in ("proxies", "bon", "rl")}}
+    res = {"gold": per_seed[0]["results"]["gold"], **{k: [row for s in per_seed for row in s["results"][k]] for k in ("proxies", "bon", "rl")}}
     res["fits"] = fit_rows(load_part11(options.impl), res["bon"], res["rl"])
     draw(res, Path(options.runs_dir) / "goodhart.png", args)
     rl_wall = [w for s in per_seed for w in s["rl_wall_s"].values() if w is not None]

@@ -49,7 +49,7 @@ def test_a_tiny_run_interrupted_then_resumed_writes_the_benchmarks_keys(tmp_path
     starts, train = [], loop.train
 
     def recorded(args, *, model, **kwargs):  # the weights each RL run starts from
-        starts.append(sum(float(p.double().square().sum()) for p in model.parameters()))
+        starts.append(sum(float(p.detach().double().square().sum()) for p in model.parameters()))
         return train(args, model=model, **kwargs)
 
     monkeypatch.setattr(loop, "train", recorded)
@@ -57,7 +57,7 @@ def test_a_tiny_run_interrupted_then_resumed_writes_the_benchmarks_keys(tmp_path
     assert len(starts) == 2 and starts[0] == starts[1], "every RL run starts from the base model, not the last run's policy"
     assert {p: p.stat().st_mtime_ns for p in kept} == kept, "the stages done were read back, not redone"
     res = json.loads((folder / "results.json").read_text())
-    assert res["gold"] == "vader"
+    assert res["gold"] == "vader-words"
     assert {"pairs", "heldout_accuracy"} <= set(res["proxies"][0])
     assert {"proxy_pairs", "seed", "n", "kl", "proxy", "gold"} <= set(res["bon"][0])
     assert {"proxy_pairs", "seed", "step", "kl", "proxy", "gold", "ensemble"} <= set(res["rl"][0])
@@ -76,6 +76,7 @@ BAD = [
     (["--pool-size", "1"], "--pool-size", "≥ 2"),
     (["--rl-batch-size", "0"], "--rl-batch-size", "≥ 1"),
     (["--ensemble-method", "max"], "--ensemble-method", "invalid choice"),
+    (["--gold", "gpt"], "--gold", "invalid choice"),
     (["--label-noise", "-1"], "--label-noise", "≥ 0"),
     (["--seeds", "0", "0"], "--seeds", "repeated"),
     (["--max-new-tokens", "500"], "--max-new-tokens", "in [1, 100]"),
@@ -115,3 +116,25 @@ def test_a_stub_of_part11_is_one_line_and_no_folder(tmp_path, capsys, plant_stub
     err = capsys.readouterr().err
     assert err.startswith("error: --impl: exercises: best_of_n_kl in exercises/part11_goodhart.py (Part 11) is still a stub")
     assert not runs.exists()
+
+
+def test_the_words_gold_counts_what_no_reader_knows_as_the_worst_review():
+    from workbook.goodhart.measure import GOLDS, WordsGold, gold_scorer
+    from workbook.lm.reward import VaderScorer
+
+    gold, vader = WordsGold(), VaderScorer()
+    known = ["the film is good.", "the acting was superb and the dia", "i watched it on a friday.", "", "!!"]
+    assert gold(known).tolist() == vader(known).tolist(), "known words (and a word cut off at the end) cost nothing"
+    assert gold.unknown_share("the film is perfectie.") == 0.25
+    assert gold.unknown_share("the film is perfectie") == 0.25, "a last word that begins no known word is unknown"
+    assert gold.unknown_share("grstan, grstan") == 1.0
+    scores = gold(["the film is perfectie.", "the film is perfectie great.", "grstan, grstan", "tis great! the zzq"])
+    assert scores[0].item() == pytest.approx(-0.25), "VADER's 0 for a near-miss becomes (1 − f)·0 − f"
+    great = vader(["the film is perfectie great."]).item()
+    assert scores[1].item() == pytest.approx(0.8 * great - 0.2)
+    assert scores[2].item() == -1.0
+    assert -1 <= scores[3].item() < vader(["tis great! the zzq"]).item()
+    assert GOLDS == ("vader", "vader-words") and isinstance(gold_scorer("vader-words"), WordsGold)
+    assert isinstance(gold_scorer("vader"), VaderScorer)
+    with pytest.raises(ValueError, match="unknown gold"):
+        gold_scorer("gpt")

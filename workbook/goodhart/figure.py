@@ -1,6 +1,6 @@
 """Gao et al.'s Figure 1 in miniature: gold and proxy against √KL, best-of-n and RL, one column per proxy size.
 
-Top row: the gold (VADER, relative to the base policy) of best-of-n (blue) and RL (orange; the
+Top row: the gold (``results['gold']``, relative to the base policy) of best-of-n (blue) and RL (orange; the
 ensemble's RL run green, in the smallest proxy's column), the mean over seeds solid, the seeds' range
 shaded, Gao's fitted form (pooled over seeds) dashed. Bottom row: the proxy's own score (standardised on
 the base samples) of the same policies — it keeps rising where the gold turns.
@@ -66,7 +66,7 @@ def draw(res: dict, path: Path, args) -> None:
         top.legend(fontsize=7)
         bottom.set_xlabel("√KL(π ‖ π_init)  (√nats)")
         if col == 0:
-            top.set_ylabel("gold (VADER) − base")
+            top.set_ylabel(f"gold ({res.get('gold', 'vader')}) − base")
             bottom.set_ylabel("proxy score (std. on base samples)")
     seeds = sorted({r["seed"] for r in res["bon"] + res["rl"]})
     fig.suptitle(f"Goodhart on the review GPT: gold and proxy against √KL (seeds {', '.join(map(str, seeds))}: "

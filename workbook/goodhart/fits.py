@@ -1,7 +1,7 @@
 """From measured rows to Gao et al.'s curves: (d = √KL, R = gold − base gold) points, their fits, their peaks.
 
 RL's gold is measured on one batch per iteration (64 samples: a standard error of about 0.05 on
-VADER's scale), so its points are averaged over ``RL_BIN`` consecutive iterations first; best-of-n's
+the gold's [-1, 1] scale), so its points are averaged over ``RL_BIN`` consecutive iterations first; best-of-n's
 points are already expectations over the pool. R(0) = 0 by construction: the base policy's gold is
 subtracted (best-of-n: the pool's mean, n = 1; RL: the mean over the base samples of the bank, the same
 openers RL writes for).

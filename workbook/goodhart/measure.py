@@ -2,9 +2,11 @@
 
 Gao, Schulman & Hilton's synthetic setup, on the review GPT of Part 3:
 
-- **gold**: VADER (``workbook/lm/reward.py``), the reward Part 3 optimised. It scores every
-  sample in microseconds, it is a fixed function the proxies never change, and it is what the
-  proxies are taught to imitate — the stand-in for "what people want".
+- **gold** (:func:`gold_scorer`): by default :class:`WordsGold`, VADER (Part 3's reward,
+  ``workbook/lm/reward.py``) read by a reader who knows the reviews' words — a word nobody knows counts
+  as the worst review instead of as neutral; or VADER itself (``--gold vader``). It scores every sample
+  in microseconds, it is a fixed function the proxies never change, and it is what the proxies are
+  taught to imitate — the stand-in for "what people want".
 - **base samples** (:func:`sample_texts`): completions of the review openers by the pretrained
   review GPT, each scored by the gold.
 - **proxies** (:func:`train_proxy`): Part 3's ``RewardModel`` and ``preference_loss`` (the
@@ -28,6 +30,7 @@ from __future__ import annotations
 import copy
 import math
 import random
+import re
 import time
 from types import ModuleType
 from typing import Any, Callable, Sequence
@@ -52,11 +55,57 @@ def load_part11(impl: str) -> ModuleType:
     return load_part(impl, "part11_goodhart")
 
 
-def gold_scorer() -> Callable[[Sequence[str]], Tensor]:
-    """The gold reward: VADER's compound score in [-1, 1] (Part 3's reward)."""
+GOLDS = ("vader", "vader-words")
+"""The golds the measurement knows: ``vader`` (Part 3's reward) and ``vader-words`` (VADER, where every word no
+reader knows counts as the worst review)."""
+
+_WORD = re.compile(r"[a-z']+")
+
+
+class WordsGold:
+    """VADER, read by a reader who knows the reviews' words: gold = (1 − f)·VADER(text) − f.
+
+    f is the share of the text's words (prompt included) that are neither words of the review corpus
+    (``workbook/lm/corpus.py``'s 221) nor words of VADER's lexicon: the part of the review a reader cannot
+    read counts as −1, the rest as VADER scores it. A completion cut off by the length limit ends in a part
+    of a word, so the last word counts as known when it begins a known one. Why a fair gold: VADER scores a
+    word it does not know as 0 (neutral), so "the film is perfectie." — a near-miss a proxy learns to like —
+    costs VADER nothing; no person would call it a better review than "the film is good.".
+    """
+
+    def __init__(self):
+        from workbook.lm.corpus import generate_reviews
+        from workbook.lm.reward import VaderScorer
+
+        self.vader = VaderScorer()
+        words = {w for r in generate_reviews(4_000, seed=0) for w in _WORD.findall(r.text)}
+        words |= {w for w in self.vader._analyzer.lexicon if _WORD.fullmatch(w)}
+        self.words = frozenset(words)
+        self.starts = frozenset(w[:i] for w in words for i in range(1, len(w) + 1))
+
+    def unknown_share(self, text: str) -> float:
+        """f: the share of ``text``'s words no reader knows (0 for a text without words)."""
+        words = _WORD.findall(text.lower())
+        if not words:
+            return 0.0
+        unknown = sum(w not in self.words for w in words[:-1]) + (words[-1] not in self.starts)
+        return unknown / len(words)
+
+    def __call__(self, texts: Sequence[str]) -> Float[Tensor, " n"]:
+        f = torch.tensor([self.unknown_share(t) for t in texts], dtype=torch.float32)
+        return (1 - f) * self.vader(texts) - f
+
+
+def gold_scorer(name: str) -> Callable[[Sequence[str]], Tensor]:
+    """The gold reward: ``vader``, VADER's compound score in [-1, 1] (Part 3's reward); ``vader-words``,
+    :class:`WordsGold` (also in [-1, 1])."""
     from workbook.lm.reward import VaderScorer
 
-    return VaderScorer()
+    if name == "vader":
+        return VaderScorer()
+    if name == "vader-words":
+        return WordsGold()
+    raise ValueError(f"unknown gold {name!r}; known: {', '.join(GOLDS)}")
 
 
 # --- base samples -------------------------------------------------------------------------------
@@ -237,7 +286,7 @@ class ProxyTask(ReviewTask):
     """The review task with a proxy (or an ensemble) as its reward, and the gold of every batch logged beside it."""
 
     name = "review"
-    panels = (("env/reward_mean", "proxy (the reward optimised)"), ("env/gold_mean", "gold (VADER, never optimised)"),
+    panels = (("env/reward_mean", "proxy (the reward optimised)"), ("env/gold_mean", "gold (never optimised)"),
               ("env/distinct2", "distinct-2 of the batch"))
 
     def __init__(self, scorer, gold):
@@ -260,5 +309,5 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-__all__ = ["load_part11", "load_part3", "gold_scorer", "sample_texts", "bank_prompts", "pool_prompts", "gold_pairs",
+__all__ = ["load_part11", "load_part3", "GOLDS", "WordsGold", "gold_scorer", "sample_texts", "bank_prompts", "pool_prompts", "gold_pairs",
            "train_proxy", "pair_accuracy", "Proxy", "Ensemble", "n_values", "best_of_n_curve", "ProxyTask", "timed"]

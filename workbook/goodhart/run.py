@@ -6,14 +6,14 @@
     python -m workbook evaluate runs/goodhart-...            # its table and fits again, from its files
 
 Per seed (``workbook/goodhart/measure.py`` says what each stage is): base samples scored by the gold
-(VADER) → proxies (Part 3's RewardModel and preference_loss) trained on gold-labelled pairs at each
-``--proxy-pairs`` size, and ``--ensemble`` − 1 more of the smallest size → best-of-n against each proxy
-from a pool of ``--pool-size`` samples per prompt → PPO against each proxy (and the ensemble), logging
-the gold of every batch. Then Gao et al.'s forms are fitted (Part 11's ``fit_gao``) and the figure drawn.
+(``--gold``: VADER, where words no reader knows count as the worst review) → proxies (Part 3's RewardModel
+and preference_loss) trained on gold-labelled pairs at each ``--proxy-pairs`` size, and ``--ensemble`` − 1
+more of the smallest size → best-of-n against each proxy from a pool of ``--pool-size`` samples per prompt →
+PPO against each proxy (and the ensemble), logging the gold of every batch. Then Gao et al.'s forms are fitted (Part 11's ``fit_gao``) and the figure drawn.
 
 Writes, under ``<runs-dir>/<run name>/``: ``config.json``; ``seed<S>/`` (``bank.json``, ``proxies.pt``,
 ``bon.json`` and ``rl/<proxy>/``, each an ``rlhf`` run folder that ``evaluate`` reads, which scores its
-policy with the gold); ``results.json`` (the benchmark's keys: gold, proxies, bon, rl, fits),
+policy with VADER, Part 3's reward); ``results.json`` (the benchmark's keys: gold, proxies, bon, rl, fits),
 ``goodhart.png`` and ``summary.json``. Ctrl-C keeps every stage finished (an RL run stops after its
 iteration, with its checkpoint); ``--resume RUN_DIR`` continues from there.
 """
@@ -46,7 +46,9 @@ class GoodhartArgs:
 
     impl: Literal["exercises", "solutions"] = "exercises"
     """Whose Part 3 (RewardModel, preference_loss, PPO) and Part 11 (best-of-n, fits, ensembles) run: exercises or solutions."""
-    proxy_pairs: str = "100,1000,10000"
+    gold: Literal["vader", "vader-words"] = "vader-words"
+    """The gold: vader (Part 3's reward) or vader-words (VADER, where the share of words no reader knows counts as −1)."""
+    proxy_pairs: str = "1000,3000,10000"
     """The proxies' training-set sizes in gold-labelled pairs, comma-separated, ascending (one proxy, one best-of-n curve and one RL run each)."""
     label_noise: float = 0.0
     """Bradley–Terry label noise: P(a ≻ b) = σ((gold_a − gold_b) / this); 0 = the gold's preference, always."""
@@ -74,7 +76,7 @@ class GoodhartArgs:
     """How the ensemble combines its standardised members: wco (min), uwo (mean − λ·variance) or mean."""
     uwo_lambda: float = 0.5
     """λ of uwo."""
-    rl_iterations: int = 40
+    rl_iterations: int = 80
     """PPO iterations of each RL run."""
     rl_batch_size: int = 64
     """Samples per PPO iteration."""
@@ -211,7 +213,7 @@ class Stages:
 
         self.a, self.seed, self.out, self.lm, self.tok, self.say, self.m = a, seed, out, lm, tok, say, m
         self.part3, self.part11 = m.load_part3(a.impl), m.load_part11(a.impl)
-        self.gold = m.gold_scorer()
+        self.gold = m.gold_scorer(a.gold)
         out.mkdir(parents=True, exist_ok=True)
 
     def bank(self) -> dict:
@@ -356,7 +358,7 @@ def goodhart_rl_run():
 
         def stopped(self, status, bad=None, line=None):
             # The loop's own line would say "python -m workbook rlhf --resume <this run>", which would continue it
-            # against VADER, not the proxy: the goodhart command says how to continue instead.
+            # against Part 3's reward, not the proxy: the goodhart command says how to continue instead.
             import contextlib
             import io
 
@@ -412,7 +414,7 @@ def results(a: GoodhartArgs, seeds: list[dict]) -> dict:
                     "proxy": r["env/reward_mean"], "gold": r["env/gold_mean"], "ensemble": ensemble,
                     "base_gold": s["base_gold"]} for r in rows]
     part11 = __import__("workbook.goodhart.measure", fromlist=["load_part11"]).load_part11(a.impl)
-    return {"gold": "vader", "proxies": proxies, "bon": bon, "rl": rl, "fits": fit_rows(part11, bon, rl)}
+    return {"gold": a.gold, "proxies": proxies, "bon": bon, "rl": rl, "fits": fit_rows(part11, bon, rl)}
 
 
 def print_table(res: dict) -> None:
@@ -517,7 +519,7 @@ def evaluate_run(run_dir: Path) -> int:
     res = json.loads(path.read_text())
     print_table(res)
     print(f"figure: {run_dir / 'goodhart.png'}; each RL run (seed<S>/rl/<proxy>/) is an rlhf run folder: "
-          f"python -m workbook evaluate {run_dir}/seed<S>/rl/<proxy> scores its policy with the gold")
+          f"python -m workbook evaluate {run_dir}/seed<S>/rl/<proxy> scores its policy with VADER (Part 3's reward)")
     return 0
 
 
