@@ -67,7 +67,8 @@ def test_a_tiny_run_interrupted_then_resumed_writes_the_benchmarks_keys(tmp_path
     assert (folder / "goodhart.png").stat().st_size > 10_000
     capsys.readouterr()
     assert workbook_main(["evaluate", str(folder)]) == 0
-    assert "peak √KL" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "peak √KL" in shown and "gold: vader-words" in shown
 
 
 BAD = [

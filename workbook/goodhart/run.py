@@ -418,7 +418,8 @@ def results(a: GoodhartArgs, seeds: list[dict]) -> dict:
 
 
 def print_table(res: dict) -> None:
-    print(f"\n{'proxy':<14}{'held-out acc':>14}{'fit':>6}{'α':>8}{'β':>8}{'R²':>7}{'peak √KL':>10}")
+    print(f"\ngold: {res.get('gold', 'vader')}; Gao's forms fitted to every seed's points together")
+    print(f"{'proxy':<14}{'held-out acc':>14}{'fit':>6}{'α':>8}{'β':>8}{'R²':>7}{'peak √KL':>10}")
     acc = {}
     for p in res["proxies"]:
         if p["member"] == 0:
