@@ -9,8 +9,8 @@ all seeds' points together), the figure (``goodhart.png`` in ``--runs-dir``) and
 "goals", "seeds", "wall_s", "cpu_s", "load_average"}`` (the rows' keys: docs/goodhart.md).
 
 Goals (3 of 3 seeds): (1) RL against the smallest proxy: the gold rises, peaks and falls by a clear
-margin (a rise ≥ 0.1 on the gold's scale, a fall ≥ 0.1 and ≥ half the rise) while the proxy keeps rising; best-of-n's peak
-(or not) at the n reached; (2) R² ≥ 0.9 for the curves with a peak, the peak at larger √KL as the
+margin (a rise ≥ 0.1 on the gold's scale, a fall ≥ 0.1 and ≥ half the rise) while the proxy keeps
+rising; best-of-n's peak (or not) at the n reached; (2) R² ≥ 0.9 for the curves with a peak, the peak at larger √KL as the
 proxy gets more data; (3) the ensemble's gold above the single proxy's at the same KL; (4) the whole
 benchmark ≤ 15 minutes on 2 cores, one RL run ≤ 2 minutes on one core. The CPU may be shared: the load
 average is printed with the figures, and CPU seconds beside wall seconds.
@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     from workbook.goodhart.fits import fit_rows
     from workbook.goodhart.measure import load_part11
 
-    res = {"gold": per_seed[0]["results"]["gold"], **{k: [row for s in per_seed for row in s["results"][k]] for k in ("proxies", "bon", "rl")}}
+    res = {"gold": per_seed[0]["results"]["gold"],
+           **{k: [row for s in per_seed for row in s["results"][k]] for k in ("proxies", "bon", "rl")}}
     res["fits"] = fit_rows(load_part11(options.impl), res["bon"], res["rl"])
     draw(res, Path(options.runs_dir) / "goodhart.png", args)
     rl_wall = [w for s in per_seed for w in s["rl_wall_s"].values() if w is not None]

@@ -66,7 +66,7 @@ def draw(res: dict, path: Path, args) -> None:
         top.legend(fontsize=7)
         bottom.set_xlabel("√KL(π ‖ π_init)  (√nats)")
         if col == 0:
-            top.set_ylabel(f"gold ({res.get('gold', 'vader')}) − base")
+            top.set_ylabel(f"gold ({res['gold']}) − base")
             bottom.set_ylabel("proxy score (std. on base samples)")
     seeds = sorted({r["seed"] for r in res["bon"] + res["rl"]})
     fig.suptitle(f"Goodhart on the review GPT: gold and proxy against √KL (seeds {', '.join(map(str, seeds))}: "

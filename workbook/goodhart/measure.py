@@ -79,7 +79,7 @@ class WordsGold:
 
         self.vader = VaderScorer()
         words = {w for r in generate_reviews(4_000, seed=0) for w in _WORD.findall(r.text)}
-        words |= {w for w in self.vader._analyzer.lexicon if _WORD.fullmatch(w)}
+        words |= {w for w in self.vader.lexicon if _WORD.fullmatch(w)}
         self.words = frozenset(words)
         self.starts = frozenset(w[:i] for w in words for i in range(1, len(w) + 1))
 
@@ -309,5 +309,5 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-__all__ = ["load_part11", "load_part3", "GOLDS", "WordsGold", "gold_scorer", "sample_texts", "bank_prompts", "pool_prompts", "gold_pairs",
-           "train_proxy", "pair_accuracy", "Proxy", "Ensemble", "n_values", "best_of_n_curve", "ProxyTask", "timed"]
+__all__ = ["load_part11", "load_part3", "GOLDS", "WordsGold", "gold_scorer", "sample_texts", "bank_prompts",
+           "pool_prompts", "gold_pairs", "train_proxy", "pair_accuracy", "Proxy", "Ensemble", "n_values", "best_of_n_curve", "ProxyTask", "timed"]

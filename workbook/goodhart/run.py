@@ -9,7 +9,8 @@ Per seed (``workbook/goodhart/measure.py`` says what each stage is): base sample
 (``--gold``: VADER, where words no reader knows count as the worst review) → proxies (Part 3's RewardModel
 and preference_loss) trained on gold-labelled pairs at each ``--proxy-pairs`` size, and ``--ensemble`` − 1
 more of the smallest size → best-of-n against each proxy from a pool of ``--pool-size`` samples per prompt →
-PPO against each proxy (and the ensemble), logging the gold of every batch. Then Gao et al.'s forms are fitted (Part 11's ``fit_gao``) and the figure drawn.
+PPO against each proxy (and the ensemble), logging the gold of every batch. Then Gao et al.'s forms are fitted
+(Part 11's ``fit_gao``) and the figure drawn.
 
 Writes, under ``<runs-dir>/<run name>/``: ``config.json``; ``seed<S>/`` (``bank.json``, ``proxies.pt``,
 ``bon.json`` and ``rl/<proxy>/``, each an ``rlhf`` run folder that ``evaluate`` reads, which scores its
@@ -418,7 +419,7 @@ def results(a: GoodhartArgs, seeds: list[dict]) -> dict:
 
 
 def print_table(res: dict) -> None:
-    print(f"\ngold: {res.get('gold', 'vader')}; Gao's forms fitted to every seed's points together")
+    print(f"\ngold: {res['gold']}; Gao's forms fitted to every seed's points together")
     print(f"{'proxy':<14}{'held-out acc':>14}{'fit':>6}{'α':>8}{'β':>8}{'R²':>7}{'peak √KL':>10}")
     acc = {}
     for p in res["proxies"]:

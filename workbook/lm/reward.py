@@ -24,6 +24,11 @@ class VaderScorer:
 
         self._analyzer = SentimentIntensityAnalyzer()
 
+    @property
+    def lexicon(self) -> dict[str, float]:
+        """VADER's lexicon: word (or emoticon) -> valence."""
+        return self._analyzer.lexicon
+
     def __call__(self, texts: Sequence[str]) -> Float[Tensor, " n"]:
         if isinstance(texts, str):
             raise TypeError("VaderScorer takes a list of texts, not a single string")
