@@ -125,6 +125,24 @@ def stops_answering() -> str:
         sampling.close()
 
 
+def exits_before_joining(rank: int, world_size: int, port: int, setup: dict) -> None:
+    """What a sampler that dies as it starts runs instead of ``sampler_main`` (a crash while it imports, say)."""
+    os._exit(1)
+
+
+def dies_before_joining() -> str:
+    """The sampler exits before it joins the learner: the learner says so at once, not after the group's deadline."""
+    real = processes.sampler_main
+    processes.sampler_main = exits_before_joining  # what the learner starts each sampler with
+    try:
+        start().close()
+    except SamplingStopped as stopped:
+        return stopped.line
+    finally:
+        processes.sampler_main = real
+    return "started"
+
+
 def learner_raises() -> str:
     """The learner fails between batches (its update raised): the samplers are stopped mid-run."""
     sampling = start()
@@ -181,8 +199,8 @@ def ctrl_c_while_starting() -> str:
 
 
 PATHS = {"start-fails": start_fails, "sampler-raises": sampler_raises, "killed": killed,
-         "stops-answering": stops_answering, "learner-raises": learner_raises, "ctrl-c": ctrl_c,
-         "ctrl-c-while-starting": ctrl_c_while_starting}
+         "stops-answering": stops_answering, "dies-before-joining": dies_before_joining,
+         "learner-raises": learner_raises, "ctrl-c": ctrl_c, "ctrl-c-while-starting": ctrl_c_while_starting}
 
 
 def leftovers(before: set[int]) -> list[str]:

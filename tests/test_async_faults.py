@@ -5,7 +5,7 @@ Not graded: the given engine (workbook/async_rl/processes.py) under tests/stress
 as a process of its own, so that its exit is checked too: a process group torn down while a thread
 still waited inside gloo aborted 2 runs in 6 ("terminate called without an active exception", exit
 status 134). Samplers start from a fork server here (the same engine, started in milliseconds), so
-the 140 tries take about 30-60 s on two cores; ``--start spawn`` runs them as real runs start them.
+the 160 tries take about 30-60 s on two cores; ``--start spawn`` runs them as real runs start them.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ EXPECTED = {
     "sampler-raises": r"sampler 1 raised RuntimeError: the verifier broke",
     "killed": r"sampler 1 \(pid N\) was killed by SIGKILL before sending batch \d+",
     "stops-answering": r"sampler 1 \(pid N\) stopped answering \(nothing received for 0.5 s\) before sending batch \d+",
+    # Named as soon as it exits: the learner watches the samplers while it waits for them to join (it used to wait
+    # out the group's deadline, 60 s there and 600 s in a run, then end in a traceback).
+    "dies-before-joining": r"sampler 1 \(pid N\) exited with status 1 before it joined the learner",
     "learner-raises": r"the learner raised the update broke",
     "ctrl-c": r"interrupted: sampler 1 stopped on SIGINT",
     # Ignored until its handlers exist, then a Ctrl-C like any other: which of the two a try meets depends on how far

@@ -381,6 +381,45 @@ def test_a_sampler_that_cannot_rebuild_its_task_says_so_at_once(tmp_path, capsys
     assert "__setstate__" in (tmp_path / "unbuilt" / "error.txt").read_text()
 
 
+def sampler_2_exits_before_joining(rank: int, world_size: int, port: int, setup: dict) -> None:
+    """What the sampler processes run instead of ``sampler_main``: sampler 2 dies as it starts (a crash while it
+    imports, say), sampler 1 starts as always and waits for the learner in the rendezvous."""
+    if rank == 2:
+        os._exit(1)
+    processes.sampler_main(rank, world_size, port, setup)
+
+
+def test_a_sampler_that_exits_before_it_joins_is_one_line_at_once(tmp_path, capsys, monkeypatch):
+    import threading
+
+    import torch.distributed as dist
+
+    started, original = [], processes.RemoteSampling.__init__
+
+    def spy(self, *args, **kw):
+        started.append(self)
+        t0 = time.monotonic()
+        try:
+            original(self, *args, **kw)
+        finally:
+            self.start_s = time.monotonic() - t0
+
+    monkeypatch.setattr(processes.RemoteSampling, "__init__", spy)
+    monkeypatch.setattr(processes, "sampler_main", sampler_2_exits_before_joining)
+    assert reasoning.main(TINY + ["--samplers", "2", "--iterations", "3", "--runs-dir", str(tmp_path), "--run-name",
+                                  "unjoined"]) == 2
+    (sampling,) = started
+    # Not the group's deadline (TIMEOUT_S), nor close()'s 10 s for sampler 1 to stop: it cannot be told, so it is killed.
+    assert sampling.start_s < 10, f"{sampling.start_s:.1f} s to notice a sampler that exited before it joined"
+    err = capsys.readouterr().err.strip().splitlines()
+    pid = sampling.procs[2].pid
+    assert err == [f"error: --samplers: sampler 2 (pid {pid}) exited with status 1 before it joined the learner; "
+                   f"nothing was trained, so the new run folder {tmp_path / 'unjoined'} was removed"], err
+    assert not (tmp_path / "unjoined").exists()
+    assert all(p.exitcode is not None and not alive(p.pid) for p in sampling.procs.values())
+    assert not dist.is_initialized() and not [t for t in threading.enumerate() if t.name.startswith("inbox-")]
+
+
 # --- faults: kill, Ctrl-C, stop (the command as a subprocess) ---------------------------------------
 
 def proc_stat(pid: int) -> tuple[str, int, int] | None:

@@ -31,7 +31,8 @@ starts a hundred).
 
 Faults: every receive has a deadline (``WORKBOOK_DIST_TIMEOUT_S``, default 600 s) and a peer
 that dies closes the connection, so no one waits forever. A sampler killed, one that raises,
-or one stopped by a signal becomes one line on the learner (:class:`SamplingStopped`), which
+one stopped by a signal, or one that exits before it has joined the group (the learner watches
+the processes while it waits for them) becomes one line on the learner (:class:`SamplingStopped`), which
 saves its last good checkpoint; ``--resume`` sends the samplers their random streams and the
 weight versions still to be used, so a fixed-lag run resumes exactly. Samplers ignore the
 terminal's Ctrl-C until their batch is sent (the learner decides when everyone stops) and die
@@ -48,7 +49,6 @@ import io
 import pickle
 import os
 import signal
-import socket
 import queue
 import sys
 import tempfile
@@ -209,15 +209,15 @@ def core_blocks(processes: int, threads: int) -> list[set[int]] | None:
     return [set(cores[i * threads:(i + 1) * threads]) for i in range(processes)]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _store(port: int = 0) -> dist.TCPStore:
+    """The rendezvous: the learner's (``port`` 0: a free one, the store's ``port``), or a sampler's connection to it."""
+    return dist.TCPStore("127.0.0.1", port, is_master=not port, timeout=datetime.timedelta(seconds=timeout_s()),
+                         wait_for_workers=False)
 
 
-def _join(port: int, rank: int, world_size: int) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s()))
+def _join(store: dist.Store, rank: int, world_size: int) -> None:
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s()))
 
 
 # --- a sampler process -------------------------------------------------------------------------
@@ -258,7 +258,9 @@ def sampler_main(rank: int, world_size: int, port: int, setup: dict) -> None:
     if setup["cores"]:
         os.sched_setaffinity(0, setup["cores"])
     try:
-        _join(port, rank, world_size)  # first: from here on, whatever fails is told to the learner (not a silent exit)
+        store = _store(port)
+        store.set(f"joining/{rank}", "")  # what the learner waits for, watching that no sampler exits first
+        _join(store, rank, world_size)  # first: from here on, whatever fails is told to the learner (not a silent exit)
     except Exception as error:  # the learner is gone, or never joined before the deadline: nothing to tell anyone
         print(f"sampler {rank}: could not join the learner ({type(error).__name__}); exiting", file=sys.stderr, flush=True)
         os._exit(1)
@@ -351,7 +353,7 @@ class RemoteSampling:
         # Sampler r's stream: the data seed for the first (so one sampler draws what the synchronous run draws).
         self.streams = dict(saved["streams"]) if saved else {
             r: torch.Generator().manual_seed(data_seed + 1_000_003 * (r - 1)).get_state() for r in range(1, self.n + 1)}
-        self.procs, self.ranks, self.inboxes, self.outbox = {}, range(1, self.n + 1), {}, None
+        self.procs, self.ranks, self.inboxes, self.outbox, self.store = {}, range(1, self.n + 1), {}, None, None
         self.unanswering: set[int] = set()  # samplers that missed a deadline: close() kills them without waiting again
         self.closed = False
         try:
@@ -364,7 +366,9 @@ class RemoteSampling:
         if "WORLD_SIZE" in os.environ:  # torchrun started every rank: ranks 1..N are samplers already
             dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s()))
         else:  # start them here, one spawned process each
-            port, world = free_port(), self.n + 1
+            # The learner holds the rendezvous, so that it waits for the samplers in slices and sees one exit before
+            # it joins (a crash while it imports, SIGKILL): init_process_group's own wait would last its deadline.
+            self.store, world = _store(), self.n + 1
             context = mp.get_context(os.environ.get("WORKBOOK_SAMPLER_START", "spawn"))
             # The model, tokenizer and task go through a file, not the spawn's arguments: those are written into a
             # pipe that the parent holds both ends of until the child has read them, so a payload over the pipe's
@@ -378,14 +382,15 @@ class RemoteSampling:
                 setup = {"frozen": frozen, "impl": args.impl, "dtype": args.sampler_dtype,
                          "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "chunk": chunk,
                          "threads": args.threads, "free_running": self.free, "cores": blocks[r] if blocks else None}
-                self.procs[r] = context.Process(target=sampler_main, args=(r, world, port, setup), daemon=True,
+                self.procs[r] = context.Process(target=sampler_main, args=(r, world, self.store.port, setup), daemon=True,
                                                 name=f"sampler-{r}")
                 # Started with Ctrl-C ignored (the one disposition a new interpreter inherits): a Ctrl-C while it
                 # imports is the learner's to act on, not a KeyboardInterrupt traceback from the sampler at random.
                 # (Ignored here too for the milliseconds of the start: the learner's own handler is back at once.)
                 with _ignoring_ctrl_c():
                     self.procs[r].start()
-            _join(port, 0, world)
+            self._wait_for_samplers()
+            _join(self.store, 0, world)  # each sampler is joining too (a few ms)
             if blocks:
                 os.sched_setaffinity(0, blocks[0])
         self.outbox, self.inboxes = Outbox(), {r: Inbox(r) for r in self.ranks}
@@ -395,6 +400,19 @@ class RemoteSampling:
         newest = max(self.versions)
         for version in (sorted(self.versions) if not self.free else [newest]):
             self._send_weights(version)
+
+    def _wait_for_samplers(self) -> None:
+        """Until every sampler is about to join the group; :class:`SamplingStopped` as soon as one has exited, or
+        once one has not come within the deadline. (One that dies in the milliseconds between saying so and
+        joining still costs the group's deadline: the join itself is one call.)"""
+        keys, deadline = [f"joining/{r}" for r in self.ranks], time.monotonic() + timeout_s()
+        while not self.store.check(keys):
+            for r in self.ranks:
+                exited = self.procs[r].exitcode is not None
+                if exited or (time.monotonic() > deadline and not self.store.check([f"joining/{r}"])):
+                    fate = self._fate(r, f"nothing received for {timeout_s():g} s")
+                    raise SamplingStopped("failed", f"sampler {r} {fate} before it joined the learner")
+            time.sleep(0.05)  # a slice: Ctrl-C's handler runs between them
 
     def _send_weights(self, version: int) -> None:
         """Weights of ``version`` to every sampler, then the orders they allow."""
@@ -469,8 +487,8 @@ class RemoteSampling:
         self.closed = True
         for r in self.ranks:
             proc = self.procs.get(r)
-            if proc is not None and r in self.unanswering:  # it had its deadline; a stopped (SIGSTOP) one would not answer
-                proc.kill()
+            if proc is not None and proc.pid is not None and (r in self.unanswering or self.outbox is None):
+                proc.kill()  # it had its deadline (a stopped one would not answer), or no message can reach it yet
             elif self.outbox is not None and (proc is None or proc.is_alive()):
                 self.outbox.send({"kind": "stop"}, r)
         if not self.procs and self.outbox is not None:
@@ -492,6 +510,7 @@ class RemoteSampling:
                 dist.destroy_process_group()
             except Exception:  # a group whose peers died may not tear down cleanly; the processes are gone
                 pass
+        self.store = None  # the rendezvous's port is free again
         if getattr(self, "frozen", None):
             Path(self.frozen).unlink(missing_ok=True)
         if getattr(self, "cores_before", None):

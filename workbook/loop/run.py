@@ -54,7 +54,7 @@ from workbook.loop.options import LoopArgs
 from workbook.loop.task import Task, held_out_panel
 from workbook.rlhf.data import own_rollout, rollout
 from workbook.progress import Progress
-from workbook.runs import check_new_run_dir, discard_new_run, new_run_dir, start_wandb
+from workbook.runs import ConfigError, check_new_run_dir, discard_new_run, new_run_dir, start_wandb
 
 
 # --- one run ------------------------------------------------------------------------------------
@@ -149,6 +149,11 @@ class Run:
         except NotImplementedError as error:  # a stub met while starting (the samplers are closed): no empty folder left
             error.removed = self.discard()
             raise
+        except SamplingStopped as stopped:  # a sampler exited (or hung) before it joined; the samplers are closed.
+            # Nothing ran, so as for a stub: one line, exit status 2, no empty folder left.
+            removed = self.discard()
+            raise ConfigError("--samplers", stopped.line + (f"; nothing was trained, so the new run folder {removed} "
+                                                             "was removed" if removed else "")) from None
         self.good = self.state("running") if self.keep_good else None
 
     def start_sampling(self, resume: dict | None):
