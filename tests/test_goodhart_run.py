@@ -69,6 +69,11 @@ def test_a_tiny_run_interrupted_then_resumed_writes_the_benchmarks_keys(tmp_path
     assert workbook_main(["evaluate", str(folder)]) == 0
     shown = capsys.readouterr().out
     assert "peak √KL" in shown and "gold: vader-words" in shown
+    assert sum(" bon " in line or " rl " in line for line in shown.splitlines()) == 5, "one row per curve"
+    written_before = dict(res, fits=[dict(f, seed="all") for f in res["fits"] if f["seed"] == "mean"])
+    (folder / "results.json").write_text(json.dumps(written_before))  # a run from before the fits were of the mean
+    assert workbook_main(["evaluate", str(folder)]) == 0
+    assert capsys.readouterr().out == shown, "its fits are made again, of each curve's mean"
 
 
 BAD = [
@@ -139,3 +144,33 @@ def test_the_words_gold_counts_what_no_reader_knows_as_the_worst_review():
     assert isinstance(gold_scorer("vader"), VaderScorer)
     with pytest.raises(ValueError, match="unknown gold"):
         gold_scorer("gpt")
+
+
+def test_each_curve_is_fitted_on_its_mean_over_the_seeds_on_the_points_every_seed_has():
+    """The fit drawn dashed is the fit of the solid curve drawn: the seeds' mean, point by point, cut to the shortest
+    run. Three RL runs whose gold is Gao's form plus a per-seed offset that cancels in the mean: the mean curve's fit
+    gives the form back exactly; each seed's own fit does not."""
+    import math
+
+    from solutions import part11_goodhart as part11
+    from workbook.goodhart.fits import RL_BIN, fit_rows
+
+    alpha, beta = 0.3, 0.2
+    ds = [0.0, 0.5, 1.5, 2.5, 4.0, 6.0]
+    rows = []
+    for seed, offset in ((0, -0.1), (1, 0.0), (2, 0.1)):
+        points = ds if seed != 2 else ds + [8.0]  # a longer run: its last point is not in the mean
+        steps = [1] + [1 + i for i in range(1, RL_BIN * (len(points) - 1) + 1)]
+        for step in steps:
+            d = points[0 if step == 1 else (step - 2) // RL_BIN + 1]
+            gold = d * (alpha - beta * math.log(d)) if d > 0 else 0.0
+            rows.append({"proxy_pairs": 10, "seed": seed, "step": step, "kl": d * d, "proxy": d, "ensemble": None,
+                         "gold": gold + (offset if d > 0 else 0.0), "base_gold": 0.0})
+    fits = fit_rows(part11, [], rows)
+    mean = [f for f in fits if f["seed"] == "mean"]
+    assert len(mean) == 1 and len(fits) == 4
+    assert mean[0]["alpha"] == pytest.approx(alpha, abs=1e-9) and mean[0]["beta"] == pytest.approx(beta, abs=1e-9)
+    assert mean[0]["r2"] == pytest.approx(1.0, abs=1e-9)
+    assert mean[0]["final_d"] == pytest.approx(6.0), "cut to the points every seed has"
+    assert mean[0]["measured_peak_d"] == pytest.approx(1.5) and mean[0]["d_peak"] == pytest.approx(math.exp(0.5))
+    assert all(f["r2"] < 0.999 for f in fits if f["seed"] in (0, 2))

@@ -2,7 +2,7 @@
 
 Top row: the gold (``results['gold']``, relative to the base policy) of best-of-n (blue) and RL (orange; the
 ensemble's RL run green, in the smallest proxy's column), the mean over seeds solid, the seeds' range
-shaded, Gao's fitted form (pooled over seeds) dashed. Bottom row: the proxy's own score (standardised on
+shaded, Gao's form fitted to that mean curve dashed. Bottom row: the proxy's own score (standardised on
 the base samples) of the same policies — it keeps rising where the gold turns.
 """
 
@@ -12,18 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from workbook.goodhart.fits import curves
+from workbook.goodhart.fits import curves, mean_curve
 
 COLOURS = {"bon": "tab:blue", "rl": "tab:orange", "ensemble": "tab:green"}
-
-
-def _mean_band(by_seed: dict[int, tuple]) -> tuple[np.ndarray, ...]:
-    """x (mean over seeds), gold mean/min/max, proxy mean/min/max over the points every seed has."""
-    n = min(len(v[0]) for v in by_seed.values())
-    d = np.stack([v[0][:n] for v in by_seed.values()])
-    r = np.stack([v[1][:n] for v in by_seed.values()])
-    p = np.stack([v[2][:n] for v in by_seed.values()])
-    return d.mean(0), r.mean(0), r.min(0), r.max(0), p.mean(0), p.min(0), p.max(0)
 
 
 def draw(res: dict, path: Path, args) -> None:
@@ -34,7 +25,7 @@ def draw(res: dict, path: Path, args) -> None:
 
     found = curves(res["bon"], res["rl"])
     sizes = sorted({k[1] for k in found})
-    fits = {(f["method"], f["proxy_pairs"], f.get("ensemble")): f for f in res["fits"] if f["seed"] == "all"}
+    fits = {(f["method"], f["proxy_pairs"], f.get("ensemble")): f for f in res["fits"] if f["seed"] == "mean"}
     accuracy = {}
     for p in res["proxies"]:
         if p["member"] == 0:
@@ -48,7 +39,7 @@ def draw(res: dict, path: Path, args) -> None:
                 continue
             colour = COLOURS["ensemble" if ensemble else method]
             label = "best-of-n" if method == "bon" else (f"RL, {ensemble} ensemble" if ensemble else "RL")
-            x, r, rlo, rhi, p, plo, phi = _mean_band(by_seed)
+            x, r, rlo, rhi, p, plo, phi = mean_curve(by_seed)
             top.plot(x, r, color=colour, label=label, marker="." if method == "bon" else None)
             top.fill_between(x, rlo, rhi, color=colour, alpha=0.2, linewidth=0)
             bottom.plot(x, p, color=colour, label=label)

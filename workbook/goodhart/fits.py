@@ -55,6 +55,20 @@ def curves(bon: list[dict], rl: list[dict]) -> dict[tuple, dict[int, tuple]]:
     return out
 
 
+def mean_curve(by_seed: dict[int, tuple]) -> tuple[np.ndarray, ...]:
+    """The curve over the seeds, point by point on the points every seed has (best-of-n: each n; RL: each bin of
+    iterations): d, gold and proxy averaged, and the gold's and proxy's range over the seeds.
+
+    Returns (d, gold mean, gold min, gold max, proxy mean, proxy min, proxy max). This is the curve the figure draws and
+    the one Gao's form is fitted to (``seed: "mean"``): fitting every seed's points pooled instead would count the
+    spread between seeds — where each run found its hack — as the form's misfit."""
+    n = min(len(v[0]) for v in by_seed.values())
+    d = np.stack([v[0][:n] for v in by_seed.values()])
+    r = np.stack([v[1][:n] for v in by_seed.values()])
+    p = np.stack([v[2][:n] for v in by_seed.values()])
+    return d.mean(0), r.mean(0), r.min(0), r.max(0), p.mean(0), p.min(0), p.max(0)
+
+
 def fit(part11: ModuleType, method: str, d: np.ndarray, r: np.ndarray) -> dict:
     """Gao's form through the points (Part 11's ``fit_gao`` and ``gao_peak``); all None, with the reason, when the points
     cannot determine it (fewer than two distinct d > 0: a run stopped after its first iterations)."""
@@ -74,16 +88,16 @@ def shape(d: np.ndarray, r: np.ndarray, proxy: np.ndarray) -> dict:
 
 
 def fit_rows(part11: ModuleType, bon: list[dict], rl: list[dict]) -> list[dict]:
-    """One row per curve and seed, and one per curve with every seed's points pooled (``seed: "all"``)."""
+    """One row per curve and seed, and one per curve over the seeds (``seed: "mean"``: :func:`mean_curve`), each with
+    Gao's fitted form and the measured curve's shape."""
     rows = []
     for (method, pairs, ensemble), by_seed in curves(bon, rl).items():
         for seed, (d, r, p) in by_seed.items():
             rows.append({"method": method, "proxy_pairs": pairs, "ensemble": ensemble, "seed": seed,
                          **fit(part11, method, d, r), **shape(d, r, p)})
-        d = np.concatenate([v[0] for v in by_seed.values()])
-        r = np.concatenate([v[1] for v in by_seed.values()])
-        rows.append({"method": method, "proxy_pairs": pairs, "ensemble": ensemble, "seed": "all",
-                     **fit(part11, method, d, r)})
+        d, r, _, _, p, _, _ = mean_curve(by_seed)
+        rows.append({"method": method, "proxy_pairs": pairs, "ensemble": ensemble, "seed": "mean",
+                     **fit(part11, method, d, r), **shape(d, r, p)})
     for row in rows:  # JSON has no inf
         if isinstance(row.get("d_peak"), float) and math.isinf(row["d_peak"]):
             row["d_peak"] = None

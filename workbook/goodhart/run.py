@@ -419,14 +419,14 @@ def results(a: GoodhartArgs, seeds: list[dict]) -> dict:
 
 
 def print_table(res: dict) -> None:
-    print(f"\ngold: {res['gold']}; Gao's forms fitted to every seed's points together")
+    print(f"\ngold: {res['gold']}; Gao's forms fitted to each curve's mean over the seeds")
     print(f"{'proxy':<14}{'held-out acc':>14}{'fit':>6}{'α':>8}{'β':>8}{'R²':>7}{'peak √KL':>10}")
     acc = {}
     for p in res["proxies"]:
         if p["member"] == 0:
             acc.setdefault(p["pairs"], []).append(p["heldout_accuracy"])
     for f in res["fits"]:
-        if f["seed"] != "all":
+        if f["seed"] != "mean":
             continue
         name = f"{f['proxy_pairs']} pairs" + (f" {f['ensemble']}" if f.get("ensemble") else "")
         a = acc.get(f["proxy_pairs"], [float("nan")])
@@ -496,14 +496,14 @@ def finish(a: GoodhartArgs, seeds: list[int], out: Path, done: list[dict], wall_
     write_json(res, out / "results.json")
     draw(res, out / "goodhart.png", a)
     write_json({"command": COMMAND, "status": "finished", "seeds": seeds, "wall_s": wall_s,
-                "fits": [f for f in res["fits"] if f["seed"] == "all"]}, out / "summary.json")
+                "fits": [f for f in res["fits"] if f["seed"] == "mean"]}, out / "summary.json")
     print_table(res)
     if wandb is not None:
         import wandb as wb
 
         wandb.log({"goodhart": wb.Image(str(out / "goodhart.png"))})
         wandb.summary.update({f"{f['method']}/{f['proxy_pairs']}{'-' + f['ensemble'] if f.get('ensemble') else ''}/"
-                              f"{k}": f[k] for f in res["fits"] if f["seed"] == "all" and f["alpha"] is not None
+                              f"{k}": f[k] for f in res["fits"] if f["seed"] == "mean" and f["alpha"] is not None
                               for k in ("alpha", "beta", "r2", "d_peak")})
         wandb.finish()
     print(f"wrote {out}/: config.json, results.json, goodhart.png, summary.json, "
@@ -519,6 +519,15 @@ def evaluate_run(run_dir: Path) -> int:
         raise ConfigError("RUN_DIR", f"{run_dir} is a goodhart run that has not finished (no results.json); "
                                      f"continue it with: python -m workbook {COMMAND} --resume {run_dir}")
     res = json.loads(path.read_text())
+    if not any(f["seed"] == "mean" for f in res["fits"]):  # written before the fits were of each curve's mean
+        from workbook.goodhart.fits import fit_rows
+        from workbook.goodhart.measure import load_part11
+
+        impl = json.loads((run_dir / "config.json").read_text())["args"]["impl"]
+        try:
+            res["fits"] = fit_rows(load_part11(impl), res["bon"], res["rl"])
+        except NotImplementedError:
+            raise stub_error(impl, "exercises/part11_goodhart.py") from None
     print_table(res)
     print(f"figure: {run_dir / 'goodhart.png'}; each RL run (seed<S>/rl/<proxy>/) is an rlhf run folder: "
           f"python -m workbook evaluate {run_dir}/seed<S>/rl/<proxy> scores its policy with VADER (Part 3's reward)")
