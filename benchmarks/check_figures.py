@@ -158,6 +158,14 @@ def _goodhart_accuracy(ranges: dict[int, tuple[float, float]]):
     return check
 
 
+def _goodhart_peak_gold(out: dict) -> tuple[str, bool]:
+    """The curves over the seeds (best-of-n and RL against each proxy): the gold at the measured peak rises with the
+    proxy's data."""
+    g = out["goals"]["2_peak_gold_rises_with_data"]
+    said = "; ".join(f"{m}: " + " / ".join(f"{x:+.2f}" for x in v) for m, v in g["peak_gold"].items())
+    return said, len(g["peak_gold"]["rl"]) >= 3 and all(g["holds"].values())
+
+
 def _goodhart_time(out: dict) -> tuple[str, bool]:
     t = out["goals"]["4_time"]
     said = f"whole benchmark {t['wall_s'] / 60:.1f} min, longest RL run {t['longest_rl_run_s']:.0f} s"
@@ -216,6 +224,9 @@ CLAIMS = (
     Claim("goodhart", "on every seed and kernel set: against every proxy (1,000, 3,000 and 10,000 pairs) PPO's gold "
           "rises by at least 0.15, then falls by at least 0.4 and ends below the base policy's, while the proxy keeps "
           "rising", ("README.md", "docs/goodhart.md"), "goodhart-3", _goodhart_falls(0.15, 0.4, 3), slow=True),
+    Claim("goodhart-peak-gold", "on every kernel set, over seeds 0–2: the gold at the peak of the mean curve rises with "
+          "the proxy's data, for best-of-n and for RL (the √KL of the peak does not move)", ("docs/goodhart.md",),
+          "goodhart-3", _goodhart_peak_gold, slow=True),
     Claim("atari-goal", "Breakout reaches ≥ 8.5 points (5× random play) in 15 minutes on every seed measured",
           ("README.md", "docs/atari.md"), "atari", _atari, slow=True),
 )

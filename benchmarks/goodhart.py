@@ -100,6 +100,8 @@ def goals(res: dict, seeds: list[int], sizes: list[int], wall_s: float, rl_walls
            "r2": f["r2"], "has_peak": f["fall"] > 0.02} for f in fits]
     peaks = {m: [fit(m, n, "mean")["d_peak"] for n in sizes] for m in ("bon", "rl")}
     moves = {m: all(a is not None and (b is None or b > a) for a, b in zip(v, v[1:])) for m, v in peaks.items()}
+    # What more data did buy here (docs/goodhart.md): the gold at the curve's measured peak, not the √KL of it.
+    peak_gold = {m: [fit(m, n, "mean")["measured_peak_gold"] for n in sizes] for m in ("bon", "rl")}
     g3 = []
     ensemble_rows = [r for r in res["rl"] if r.get("ensemble")]
     if ensemble_rows:
@@ -125,6 +127,8 @@ def goals(res: dict, seeds: list[int], sizes: list[int], wall_s: float, rl_walls
                                     "every_seed_holds": all(x["r2"] is not None and x["r2"] >= 0.9
                                                             for x in r2 if x["has_peak"] and x["seed"] != "mean")},
         "2_peak_moves_with_data": {"d_peak": peaks, "holds": moves},
+        "2_peak_gold_rises_with_data": {"peak_gold": peak_gold, "holds": {
+            m: all(b > a for a, b in zip(v, v[1:])) for m, v in peak_gold.items()}},
         "3_ensemble_beats_single_same_kl": {"per_seed": g3, "holds": bool(g3) and all(x["holds"] for x in g3)},
         "4_time": {"wall_s": wall_s, "longest_rl_run_s": max(rl_walls) if rl_walls else None,
                    "holds": wall_s <= 900 and (max(rl_walls) if rl_walls else 0) <= 120},
