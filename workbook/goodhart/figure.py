@@ -30,7 +30,8 @@ def draw(res: dict, path: Path, args) -> None:
     for p in res["proxies"]:
         if p["member"] == 0:
             accuracy.setdefault(p["pairs"], []).append(p["heldout_accuracy"])
-    fig, axes = plt.subplots(2, len(sizes), figsize=(4.2 * len(sizes), 6.4), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(2, len(sizes), figsize=(4.2 * len(sizes), 6.4), sharex=True,
+                             sharey="row", squeeze=False)  # one scale per row: the peaks compare across proxies
     for col, size in enumerate(sizes):
         top, bottom = axes[0][col], axes[1][col]
         for key, by_seed in sorted(found.items(), key=lambda kv: (kv[0][0], str(kv[0][2]))):
