@@ -240,7 +240,7 @@ def fit_gao(d: Float[Tensor, "points"], r: Float[Tensor, "points"], form: str) -
     ``r2`` is the coefficient of determination on the given points,
     R² = 1 − Σ(r − r̂)² / Σ(r − mean r)², which can be negative (no intercept: the fit may be worse
     than the mean), and NaN when every r is the same (there is no variance to explain; decided by
-    ``max == min``, since Σ(r − mean r)² of five 0.1s need not come out exactly 0).
+    ``max == min``, since Σ(r − mean r)² of seven 0.1s comes out 1.3e-33, not exactly 0).
 
     **Points with d = 0.** Both forms give R(0) = 0, and d·log d → 0 as d → 0: a point at d = 0
     has the row (0, 0) — it adds nothing to α and β, and must not bring a NaN in (0·log 0 is NaN
@@ -313,8 +313,10 @@ def gao_peak(alpha: float, beta: float, form: str) -> float:
         return math.inf
     if form == "bon":
         return max(alpha / (2 * beta), 0.0)
-    exponent = alpha / beta - 1.0
-    return math.exp(exponent) if exponent < 709.0 else math.inf
+    try:
+        return math.exp(alpha / beta - 1.0)
+    except OverflowError:   # beyond the largest float (about e^709.78): a cut at 709 would call e^709.5 infinite
+        return math.inf
 
 
 # --------------------------------------------------------------------------------------

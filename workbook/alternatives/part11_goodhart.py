@@ -8,6 +8,8 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import sys
+from fractions import Fraction
 from functools import partial
 
 import numpy as np
@@ -44,6 +46,13 @@ def kl_numpy(n):
     return float(np.log(np.float64(n)) - (n - 1) / n)
 
 
+@part11("best_of_n_kl", "exact_fraction", "type(n) is int, then log n − Fraction(n − 1, n) rounded once")
+def kl_fraction(n):
+    if type(n) is not int or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    return math.log(n) - float(Fraction(n - 1, n))
+
+
 # --- best_of_n_kl_discrete -----------------------------------------------------------------------
 
 @part11("best_of_n_kl_discrete", "python_loop_with_xlogy_rule",
@@ -78,6 +87,44 @@ def discrete_xlogy(probs, n):
     p_bon = torch.diff(powered)
     safe_p = torch.where(p_bon > 0, p, torch.ones_like(p))
     return (torch.special.xlogy(p_bon, p_bon) - torch.special.xlogy(p_bon, safe_p)).sum().item()
+
+
+@part11("best_of_n_kl_discrete", "log_space_expm1",
+        "P_bon = F(i)^n · (1 − (F(i−1)/F(i))^n) in log space: exp(n log F) · −expm1(n log(F(i−1)/F(i)))")
+def discrete_log_space(probs, n):
+    n = _int_at_least_1(n)
+    p = probs.detach().double()
+    if bool(torch.isnan(p).any()) or bool((p < 0).any()) or abs(float(p.sum()) - 1.0) > 1e-6:
+        raise ValueError("bad probs")
+    cdf = torch.cumsum(p, 0)
+    below = torch.cat([cdf.new_zeros(1), cdf[:-1]])
+    positive = cdf > 0
+    safe_cdf = torch.where(positive, cdf, torch.ones_like(cdf))
+    ratio = torch.where(positive, below / safe_cdf, torch.zeros_like(cdf))
+    p_bon = torch.where(positive, torch.exp(n * torch.log(safe_cdf)) * -torch.expm1(n * torch.log(ratio)),
+                        torch.zeros_like(cdf))
+    kept = p_bon > 0
+    one = torch.ones_like(p)
+    terms = p_bon * (torch.log(torch.where(kept, p_bon, one)) - torch.log(torch.where(kept, p, one)))
+    return float(torch.where(kept, terms, torch.zeros_like(p)).sum())
+
+
+@part11("best_of_n_kl_discrete", "normalised_by_the_sum",
+        "probs divided by their sum first (a copy): float32 probabilities that sum to 1 only within rounding then "
+        "sum to 1 in float64")
+def discrete_normalised(probs, n):
+    n = _int_at_least_1(n)
+    p = probs.double()
+    if bool(torch.isnan(p).any()) or bool((p < 0).any()) or not abs(float(p.sum()) - 1.0) <= 1e-6:
+        raise ValueError("bad probs")
+    p = p / p.sum()
+    before, kl = 0.0, 0.0
+    for q, after in zip(p.tolist(), torch.cumsum(p, 0).tolist()):
+        p_bon = after**n - before**n
+        if p_bon > 0:
+            kl += p_bon * math.log(p_bon / q)
+        before = after
+    return kl
 
 
 # --- best_of_n_gold ------------------------------------------------------------------------------
@@ -125,6 +172,42 @@ def gold_numpy(proxy, gold, n):
     log_c = np.concatenate([[0.0], np.cumsum(np.log(i - 1) - np.log(i - n))])
     log_total = math.lgamma(big_n + 1) - math.lgamma(n + 1) - math.lgamma(big_n - n + 1)
     return float(np.sum(np.exp(log_c - log_total) * ranked[n - 1:]))
+
+
+@part11("best_of_n_gold", "exact_integer_binomials",
+        "C(i − 1, n − 1) as exact integers grown by the recurrence, each divided once by C(N, n) (int / int rounds "
+        "correctly)")
+def gold_exact_integers(proxy, gold, n):
+    n = _gold_args(proxy, gold, n)
+    p, g = proxy.double(), gold.double()
+    values, group = torch.unique(p, return_inverse=True)
+    tie_gold = (torch.zeros_like(values).index_add_(0, group, g)
+                / torch.zeros_like(values).index_add_(0, group, torch.ones_like(g)))[group]
+    ranked = tie_gold[torch.argsort(p)].tolist()
+    big_n = len(ranked)
+    total, c, terms = math.comb(big_n, n), 1, []
+    for i in range(n, big_n + 1):            # c = C(i − 1, n − 1)
+        if i > n:
+            c = c * (i - 1) // (i - n)
+        terms.append(c / total * ranked[i - 1])
+    return math.fsum(terms)
+
+
+@part11("best_of_n_gold", "descending_with_unique_consecutive",
+        "sorted descending, the sample j places from the top weighted C(N − 1 − j, n − 1)/C(N, n); ties averaged by "
+        "torch.unique_consecutive on the sorted proxy")
+def gold_descending(proxy, gold, n):
+    n = _gold_args(proxy, gold, n)
+    p, g = proxy.double(), gold.double()
+    order = torch.argsort(p, descending=True)
+    _, run, counts = torch.unique_consecutive(p[order], return_inverse=True, return_counts=True)
+    ranked = (torch.zeros(len(counts), dtype=torch.float64).index_add_(0, run, g[order]) / counts)[run]
+    big_n = len(p)
+    below = big_n - 1 - torch.arange(big_n, dtype=torch.float64)     # samples below the j-th from the top
+    log_c = torch.lgamma(below + 1) - math.lgamma(n) - torch.lgamma((below - n + 2).clamp(min=1))
+    log_total = math.lgamma(big_n + 1) - math.lgamma(n + 1) - math.lgamma(big_n - n + 1)
+    weights = torch.where(below >= n - 1, torch.exp(log_c - log_total), torch.zeros_like(below))
+    return float((weights * ranked).sum())
 
 
 # --- fit_gao -------------------------------------------------------------------------------------
@@ -177,6 +260,31 @@ def fit_numpy(d, r, form):
     return float(alpha), float(beta), r2
 
 
+@part11("fit_gao", "normal_equations_solve",
+        "torch.linalg.solve on the normal equations XᵀX θ = Xᵀr; d·log d with d clamped inside the log")
+def fit_solve(d, r, form):
+    d, r = _fit_checks(d, r, form)
+    second = d * d if form == "bon" else d * torch.log(d.clamp(min=1e-300))
+    x = torch.stack([d, -second], dim=1)
+    alpha, beta = torch.linalg.solve(x.T @ x, x.T @ r).tolist()
+    residual = r - (alpha * d - beta * second)
+    if bool(r.max() == r.min()):
+        return alpha, beta, math.nan
+    return alpha, beta, 1.0 - float(residual @ residual) / float(((r - r.mean()) ** 2).sum())
+
+
+@part11("fit_gao", "qr_and_nan_to_num", "QR, then a triangular solve; 0·log 0's NaN replaced by torch.nan_to_num")
+def fit_qr(d, r, form):
+    d, r = _fit_checks(d, r, form)
+    second = d * d if form == "bon" else torch.nan_to_num(d * torch.log(d), nan=0.0)
+    x = torch.stack([d, -second], dim=1)
+    q, upper = torch.linalg.qr(x)
+    theta = torch.linalg.solve_triangular(upper, (q.T @ r)[:, None], upper=True)[:, 0]
+    fitted = x @ theta
+    r2 = math.nan if bool(r.max() == r.min()) else float(1 - ((r - fitted) ** 2).sum() / ((r - r.mean()) ** 2).sum())
+    return float(theta[0]), float(theta[1]), r2
+
+
 # --- gao_peak ------------------------------------------------------------------------------------
 
 @part11("gao_peak", "numpy_exp_in_log_space",
@@ -211,6 +319,34 @@ def peak_try(alpha, beta, form):
         return float("inf")
 
 
+@part11("gao_peak", "log_of_float_max", "the rl exponent compared with log(sys.float_info.max) before math.exp")
+def peak_log_max(alpha, beta, form):
+    if form not in ("bon", "rl"):
+        raise ValueError(f"unknown form {form!r}")
+    if not (math.isfinite(alpha) and math.isfinite(beta)):
+        raise ValueError("alpha and beta must be finite")
+    if not beta > 0:
+        return math.inf
+    if form == "bon":
+        return alpha / (2 * beta) if alpha > 0 else 0.0
+    exponent = alpha / beta - 1
+    return math.exp(exponent) if exponent <= math.log(sys.float_info.max) else math.inf
+
+
+@part11("gao_peak", "numpy_errstate", "np.exp under np.errstate(over='ignore'), whose overflow is inf; float() of it")
+def peak_errstate(alpha, beta, form):
+    if form != "bon" and form != "rl":
+        raise ValueError(f"unknown form {form!r}")
+    if not np.isfinite([alpha, beta]).all():
+        raise ValueError("alpha and beta must be finite")
+    if beta <= 0:
+        return float("inf")
+    if form == "bon":
+        return float(np.maximum(alpha / (2 * beta), 0.0))
+    with np.errstate(over="ignore"):
+        return float(np.exp(alpha / beta - 1))
+
+
 # --- standardise_proxies -------------------------------------------------------------------------
 
 @part11("standardise_proxies", "var_mean_correction_0",
@@ -237,6 +373,24 @@ def std_loop(scores, reference):
         std = ((ref64 - mean) ** 2).mean().sqrt()
         rows.append(((s.double() - mean) / std).to(scores.dtype))
     return torch.stack(rows) if rows else scores.clone()
+
+
+@part11("standardise_proxies", "std_mean_and_reciprocal",
+        "torch.std_mean(correction=0), multiplied by 1/std; the constant check as max(dim=1) == min(dim=1)")
+def std_std_mean(scores, reference):
+    if reference.shape[1] == 0 or bool((reference.max(dim=1).values == reference.min(dim=1).values).any()):
+        raise ValueError("a proxy's reference scores never vary")
+    std, mean = torch.std_mean(reference, dim=1, correction=0, keepdim=True)
+    return (scores - mean) * (1.0 / std)
+
+
+@part11("standardise_proxies", "numpy_rows", "numpy in float64 (np.ptp for the check, np.std's ddof=0), back to torch")
+def std_numpy(scores, reference):
+    ref = reference.double().numpy()
+    if ref.shape[1] == 0 or bool((np.ptp(ref, axis=1) == 0).any()):
+        raise ValueError("a proxy's reference scores never vary")
+    z = (scores.double().numpy() - ref.mean(axis=1, keepdims=True)) / ref.std(axis=1, keepdims=True)
+    return torch.from_numpy(z).to(scores.dtype)
 
 
 # --- ensemble_reward -----------------------------------------------------------------------------
@@ -272,3 +426,18 @@ def ens_sorted(scores, method, uwo_lambda=0.5):
     if math.isnan(uwo_lambda) or uwo_lambda < 0:
         raise ValueError("uwo_lambda must be >= 0")
     return mean - uwo_lambda * ((scores - mean) ** 2).sum(dim=0) / k
+
+
+@part11("ensemble_reward", "negated_max_and_moments",
+        "WCO as −max(−s); UWO's variance as E[s²] − E[s]² over the members")
+def ens_moments(scores, method, uwo_lambda=0.5):
+    if method not in ("mean", "wco", "uwo") or scores.shape[0] == 0:
+        raise ValueError("bad ensemble")
+    if method == "wco":
+        return -(-scores).amax(dim=0)
+    mean = scores.mean(dim=0)
+    if method == "mean":
+        return mean
+    if not uwo_lambda >= 0:
+        raise ValueError("uwo_lambda must be >= 0")
+    return mean - uwo_lambda * ((scores**2).mean(dim=0) - mean**2)

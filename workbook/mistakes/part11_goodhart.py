@@ -134,6 +134,26 @@ def discrete_unchecked(probs, n):
     return _discrete(probs, n, check=False)
 
 
+@part11("best_of_n_kl_discrete", "sum_checked_with_isclose_defaults",
+        "the sum was checked with torch.isclose's default tolerances (rtol 1e-5: a sum 1e-5 from 1 passes), not 1e-6")
+def discrete_isclose_sum(probs, n):
+    _check_int(n)
+    p = probs.detach().double()
+    if bool(torch.isnan(p).any()) or bool((p < 0).any()) or not bool(torch.isclose(p.sum(), p.new_ones(()))):
+        raise ValueError("probs")
+    return _discrete(probs, n, check=False)
+
+
+@part11("best_of_n_kl_discrete", "normalised_in_place",
+        "probs were divided by their sum in place (p = probs.double(); p /= p.sum(): for float64 probs, p is the "
+        "caller's tensor)")
+def discrete_normalised_in_place(probs, n):
+    _discrete(probs, n)                    # the checks
+    p = probs.detach().double()
+    p /= p.sum()
+    return _discrete(p, n, check=False)
+
+
 # --- best_of_n_gold ------------------------------------------------------------------------------
 
 def _gold_checked(proxy, gold, n):
@@ -254,6 +274,15 @@ def gold_float32(proxy, gold, n):
     return float((w * _ranked(proxy, gold).float()).sum())
 
 
+@part11("best_of_n_gold", "ties_averaged_in_place",
+        "the tied samples' gold was averaged by writing into gold.double() (for float64 gold, the caller's tensor)")
+def gold_ties_in_place(proxy, gold, n):
+    _gold_checked(proxy, gold, n)
+    p, g = proxy.detach().double(), gold.detach().double()
+    g.copy_(_tie_gold(p, g))               # the averages written back into g
+    return float((_log_weights(proxy.shape[0], n) * g[torch.argsort(p)]).sum())
+
+
 @part11("best_of_n_gold", "n_not_checked", "n outside 1 … N (or a bool or float n) was not refused with a ValueError")
 def gold_n_unchecked(proxy, gold, n):
     if proxy.dim() != 1 or proxy.shape != gold.shape:
@@ -370,6 +399,35 @@ def fit_r2_constant(d, r, form):
     return _fit(d, r, form, nan_r2=False)
 
 
+@part11("fit_gao", "r2_nan_only_when_ss_tot_is_0",
+        "R² was NaN only when Σ(r − mean r)² came out exactly 0, which rounding escapes (seven 0.1s give 1.3e-33)")
+def fit_r2_ss_tot_zero(d, r, form):
+    alpha, beta, _ = _fit(d, r, form, nan_r2=False)
+    d64, r64 = d.detach().double(), r.detach().double()
+    second = d64 * d64 if form == "bon" else torch.where(d64 > 0, d64 * torch.log(torch.where(d64 > 0, d64, 1.0)), 0.0)
+    resid = r64 - (alpha * d64 - beta * second)
+    ss_tot = float(((r64 - r64.mean()) ** 2).sum())
+    return alpha, beta, math.nan if ss_tot == 0 else 1.0 - float(resid @ resid) / ss_tot
+
+
+@part11("fit_gao", "r2_nan_below_a_threshold",
+        "R² was NaN whenever Σ(r − mean r)² was below a tolerance (1e-12): r that varies on a small scale has an R² too")
+def fit_r2_threshold(d, r, form):
+    alpha, beta, r2 = _fit(d, r, form, nan_r2=False)
+    r64 = r.detach().double()
+    return alpha, beta, math.nan if float(((r64 - r64.mean()) ** 2).sum()) < 1e-12 else r2
+
+
+@part11("fit_gao", "d_clamped_in_place",
+        "d was clamped away from 0 in place (d64 = d.double(); d64.clamp_(min=1e-300): for float64 d, the caller's "
+        "tensor)")
+def fit_clamped_in_place(d, r, form):
+    d64 = d.detach().double()
+    _fit(d64, r, form)                     # the checks, before the clamp
+    d64.clamp_(min=1e-300)
+    return _fit(d64, r, form, second="bon" if form == "bon" else "rl_nan")
+
+
 @part11("fit_gao", "non_finite_accepted", "a NaN or infinite d or r was not refused with a ValueError")
 def fit_non_finite(d, r, form):
     return _fit(d, r, form, checks=("form", "negative", "distinct"))
@@ -464,6 +522,75 @@ def peak_swapped(alpha, beta, form):
     return math.exp(x) if x < 709 else math.inf
 
 
+@part11("gao_peak", "overflow_cut_at_709",
+        "the rl peak was called infinite from α/β − 1 ≥ 709 on, though e^709.5 is still a float (the largest is "
+        "about e^709.78)")
+def peak_cut_at_709(alpha, beta, form):
+    _peak_checked(alpha, beta, form)
+    if beta <= 0:
+        return math.inf
+    if form == "bon":
+        return max(alpha / (2 * beta), 0.0)
+    x = alpha / beta - 1
+    return math.exp(x) if x < 709 else math.inf
+
+
+@part11("gao_peak", "exp_over_e_overflows_early",
+        "exp(α/β)/e was computed: exp(α/β) overflows one unit of α/β before the peak itself does")
+def peak_exp_over_e(alpha, beta, form):
+    _peak_checked(alpha, beta, form)
+    if beta <= 0:
+        return math.inf
+    if form == "bon":
+        return max(alpha / (2 * beta), 0.0)
+    try:
+        return math.exp(alpha / beta) / math.e
+    except OverflowError:
+        return math.inf
+
+
+@part11("gao_peak", "alpha_rule_before_beta_rule",
+        "bon's 'α ≤ 0 gives 0' came before 'β ≤ 0 gives inf': with α < 0 and β < 0 the gold dips, then grows "
+        "without bound")
+def peak_alpha_first(alpha, beta, form):
+    _peak_checked(alpha, beta, form)
+    if form == "bon" and alpha <= 0:
+        return 0.0
+    if beta <= 0:
+        return math.inf
+    if form == "bon":
+        return alpha / (2 * beta)
+    x = alpha / beta - 1
+    return math.exp(x) if x < 709 else math.inf
+
+
+@part11("gao_peak", "inf_before_the_form_check", "β ≤ 0 answered inf before the form was checked")
+def peak_inf_before_form(alpha, beta, form):
+    if beta <= 0:
+        return math.inf
+    return peak_cut_at_709(alpha, beta, form)
+
+
+@part11("gao_peak", "inf_before_the_finite_check",
+        "β ≤ 0 answered inf before α and β were checked finite (a NaN α, or β = −inf, got inf)")
+def peak_inf_before_finite(alpha, beta, form):
+    if form not in ("bon", "rl"):
+        raise ValueError(form)
+    if beta <= 0:
+        return math.inf
+    return peak_cut_at_709(alpha, beta, form)
+
+
+@part11("gao_peak", "zero_before_the_finite_check",
+        "bon's α ≤ 0 answered 0.0 before α was checked finite (α = −inf got 0.0)")
+def peak_zero_before_finite(alpha, beta, form):
+    if form not in ("bon", "rl"):
+        raise ValueError(form)
+    if form == "bon" and alpha <= 0 and beta > 0:
+        return 0.0
+    return peak_cut_at_709(alpha, beta, form)
+
+
 @part11("gao_peak", "bad_arguments_accepted", "an unknown form or a NaN/infinite α or β was answered instead of refused")
 def peak_unchecked(alpha, beta, form):
     if not beta > 0:
@@ -517,6 +644,29 @@ def std_global(scores, reference):
         "is 7.5e-9)")
 def std_equality(scores, reference):
     return _standardise(scores, reference, check="std_zero")
+
+
+@part11("standardise_proxies", "constant_by_isclose",
+        "a constant reference was detected by torch.isclose(std, 0), whose atol of 1e-8 also refuses a proxy that "
+        "varies on a small scale")
+def std_isclose(scores, reference):
+    if reference.shape[1] == 0:
+        raise ValueError("no reference scores")
+    std = reference.std(dim=1, unbiased=False, keepdim=True)
+    if bool(torch.isclose(std, torch.zeros_like(std)).any()):
+        raise ValueError("std = 0")
+    return (scores - reference.mean(dim=1, keepdim=True)) / std
+
+
+@part11("standardise_proxies", "standardised_in_place",
+        "the scores were standardised in place in float64 (s = scores.double(); s -= mean; s /= std: for float64 "
+        "scores, s is the caller's tensor)")
+def std_in_place(scores, reference):
+    _standardise(scores, reference)        # the checks
+    s, ref = scores.double(), reference.double()
+    s -= ref.mean(dim=1, keepdim=True)
+    s /= ref.std(dim=1, unbiased=False, keepdim=True)
+    return s.to(scores.dtype)
 
 
 @part11("standardise_proxies", "zero_std_not_checked", "a reference whose scores never vary was divided by 0, not refused")
@@ -616,6 +766,17 @@ def ens_var_detached(scores, method, uwo_lambda=0.5):
 def ens_lambda_unchecked(scores, method, uwo_lambda=0.5):
     if method not in ("mean", "wco", "uwo") or scores.shape[0] < 1:
         raise ValueError(method)
+    if method == "uwo":
+        return scores.mean(0) - uwo_lambda * scores.var(0, unbiased=False)
+    return scores.mean(0) if method == "mean" else scores.amin(0)
+
+
+@part11("ensemble_reward", "lambda_checked_for_every_method",
+        "uwo_lambda was refused when negative or NaN whatever the method (the check is for 'uwo' only)")
+def ens_lambda_always(scores, method, uwo_lambda=0.5):
+    if not uwo_lambda >= 0:
+        raise ValueError(uwo_lambda)
+    _ensemble_checked(scores, method, uwo_lambda)
     if method == "uwo":
         return scores.mean(0) - uwo_lambda * scores.var(0, unbiased=False)
     return scores.mean(0) if method == "mean" else scores.amin(0)
