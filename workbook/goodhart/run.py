@@ -399,7 +399,7 @@ def measure_seed(a: GoodhartArgs, seed: int, out: Path, lm, tok, say, progress: 
 # --- results ------------------------------------------------------------------------------------
 
 def results(a: GoodhartArgs, seeds: list[dict]) -> dict:
-    """The benchmark's JSON: gold, proxies, bon, rl (per seed) and fits (per curve and seed, and pooled over seeds)."""
+    """The benchmark's JSON: gold, proxies, bon, rl (per seed) and fits (per curve and seed, and of each curve's mean over the seeds)."""
     from workbook.goodhart.fits import fit_rows
 
     proxies = [{"pairs": v["pairs"], "member": v["member"], "seed": s["seed"], "heldout_accuracy": v["heldout_accuracy"],
