@@ -34,6 +34,10 @@ from workbook.cli import make_parser, require, require_at_least  # noqa: E402
 from workbook.runs import ConfigError, check_can_create, command  # noqa: E402
 
 
+class Stopped(Exception):
+    """An RL run of the probe stopped before its end (Ctrl-C): the probe stops there."""
+
+
 def policy_pairs(gold: list[float], policy: range, n_pairs: int, seed: int) -> list[tuple[int, int]]:
     """``n_pairs`` distinct gold-labelled pairs (chosen, rejected) of indices into ``gold``, each holding at least one
     index of ``policy`` (the other: any sample); gold ties are skipped."""
@@ -106,7 +110,8 @@ def refresh_seed(run: Path, out: Path, options, lm, tok) -> dict:
         f"{info['hacks_scored_by_refreshed']:+.2f} by the refreshed ({time.perf_counter() - t0:.0f} s)")
     rows, status = st.rl({"refreshed": info}, bank, "refreshed", False)
     if status != "finished":
-        raise SystemExit(f"error: seed {seed}: the refreshed RL run ended {status}")
+        raise Stopped(f"seed {seed}: the refreshed RL run stopped ({status}); its folder keeps what it did "
+                      f"({st.out / 'rl' / 'refreshed'}); this probe starts over: run it again with --overwrite")
     base_gold = sum(bank["gold"]) / len(bank["gold"])
     as_rows = lambda rs: [{"step": r["iteration"], "kl": r["objective/kl"], "proxy": r["env/reward_mean"],  # noqa: E731
                            "gold": r["env/gold_mean"], "base_gold": base_gold} for r in rs]
@@ -142,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         if not (run / "results.json").exists():
             raise ConfigError("measurement", f"{run} is not a finished goodhart run (no results.json)")
     out = Path(options.runs_dir)
+    here, there = out.resolve(), root.resolve()
+    if here == there or here in there.parents or there in here.parents:
+        raise ConfigError("--runs-dir", f"{out} must lie outside the measurement it reads ({root})")
     if out.exists() and not options.overwrite:
         raise ConfigError("--runs-dir", f"{out} already exists; pick another --runs-dir or pass --overwrite to replace it")
     check_can_create(out, "--runs-dir")
@@ -150,9 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     from workbook.lm.pretrain import load_or_pretrain
 
-    lm, tok = load_or_pretrain(progress=False)
     t0 = time.perf_counter()
-    per_seed = [refresh_seed(run, out / run.name, options, lm, tok) for run in runs]
+    try:
+        lm, tok = load_or_pretrain(progress=False)
+        per_seed = [refresh_seed(run, out / run.name, options, lm, tok) for run in runs]
+    except Stopped as stopped:
+        print(f"interrupted: {stopped}", flush=True)
+        return 130
+    except KeyboardInterrupt:  # between the RL runs (sampling, the refreshed proxy's training): nothing half-written
+        print(f"interrupted: the RL runs finished so far are in {out}; this probe starts over: run it again with "
+              "--overwrite", flush=True)
+        return 130
     res = {"per_seed": per_seed, "mean": {k: mean_of(per_seed, k) for k in ("original", "refreshed")},
            "wall_s": time.perf_counter() - t0}
     for s in per_seed:

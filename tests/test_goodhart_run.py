@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -74,6 +75,20 @@ def test_a_tiny_run_interrupted_then_resumed_writes_the_benchmarks_keys(tmp_path
     (folder / "results.json").write_text(json.dumps(written_before))  # a run from before the fits were of the mean
     assert workbook_main(["evaluate", str(folder)]) == 0
     assert capsys.readouterr().out == shown, "its fits are made again, of each curve's mean"
+
+    # One round of refreshing the smallest proxy (benchmarks/goodhart_refresh.py) reads the finished run, writes elsewhere.
+    import runpy
+
+    refresh = runpy.run_path(str(Path(__file__).resolve().parent.parent / "benchmarks" / "goodhart_refresh.py"))["main"]
+    before = {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+    assert refresh([str(folder), "--runs-dir", str(folder / "inside"), "--overwrite"]) == 2
+    assert "must lie outside the measurement" in capsys.readouterr().err
+    assert refresh([str(folder), "--runs-dir", str(tmp_path / "refresh"), "--new-pairs", "4", "--policy-samples", "6"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [s["seed"] for s in res["per_seed"]] == [0] and {"original", "refreshed"} <= set(res["mean"])
+    assert res["per_seed"][0]["proxy"]["pairs"] == 4 + 4, "the smallest proxy's own pairs and the new ones"
+    assert (tmp_path / "refresh" / "t" / "seed0" / "rl" / "refreshed" / "summary.json").exists()
+    assert {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()} == before, "the measurement only read"
 
 
 BAD = [
