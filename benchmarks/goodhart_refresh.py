@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import random
 import shutil
 import sys
@@ -53,19 +52,17 @@ def policy_pairs(gold: list[float], policy: range, n_pairs: int, seed: int) -> l
     raise ValueError(f"cannot draw {n_pairs} distinct pairs with one of {len(policy)} policy samples")
 
 
-def curve(rows: list[dict]) -> dict:
-    """The RL run's points (5-iteration means, as the measurement's fits): peak gold and its √KL, the end."""
-    from workbook.goodhart.fits import rl_points
+def curve(points: tuple) -> dict:
+    """What an RL run's curve did (``fits.shape`` of its 5-iteration points, as the measurement's fits)."""
+    from workbook.goodhart.fits import shape
 
-    d, r, p = rl_points(rows)
-    top = int(np.argmax(r))
-    return {"peak_gold": float(r[top]), "peak_d": float(d[top]), "final_gold": float(r[-1]), "final_d": float(d[-1]),
-            "proxy_final": float(p[-1]), "points": [[float(x), float(y)] for x, y in zip(d, r)]}
+    return shape(*points)
 
 
 def refresh_seed(run: Path, out: Path, options, lm, tok) -> dict:
     from workbook.goodhart import measure as m
-    from workbook.goodhart.run import GoodhartArgs, Stages
+    from workbook.goodhart.fits import rl_points
+    from workbook.goodhart.run import GoodhartArgs, Stages, rl_rows
     from workbook.lm.model import load_checkpoint
 
     config = json.loads((run / "config.json").read_text())
@@ -89,21 +86,13 @@ def refresh_seed(run: Path, out: Path, options, lm, tok) -> dict:
     texts = bank["texts"] + new
     gold = bank["gold"] + st.gold(new).tolist()
     policy = range(len(bank["texts"]), len(texts))
-    original = m.gold_pairs(torch.tensor(bank["gold"]), a.sizes()[-1], seed=seed + 17, label_noise=a.label_noise)[:small]
-    pairs = original + policy_pairs(gold, policy, options.new_pairs, seed + 23)
-    steps = max(a.proxy_min_steps, math.ceil(a.proxy_epochs * len(pairs) / a.proxy_batch_size))
-    model, _ = m.train_proxy(st.part3, lm, tok, texts, pairs, steps=steps, batch_size=a.proxy_batch_size, lr=a.proxy_lr,
-                             seed=1_000 * seed + 5)
-    proxy = m.Proxy(model, tok, 0.0, 1.0)
-    base = proxy.raw(bank["texts"])
-    proxy.mean, proxy.std = base.mean().item(), max(base.std().item(), 1e-6)
-    heldout = m.gold_pairs(torch.tensor(bank["heldout_gold"]), a.heldout_pairs, seed=seed + 31)
+    pairs = st.sized_pairs(bank)[:small] + policy_pairs(gold, policy, options.new_pairs, seed + 23)
     old = st.proxy(proxies, f"pairs{small}")
-    info = {"pairs": len(pairs), "member": 0, "steps": steps, "state": proxy.state(),
-            "heldout_accuracy": m.pair_accuracy(proxy.raw(bank["heldout"]), heldout),
+    info = {"pairs": len(pairs), "member": 0, **st.train(bank, texts, pairs, seed=1_000 * seed + 5),
             "old_heldout_accuracy": proxies[f"pairs{small}"]["heldout_accuracy"],
-            "policy_gold": float(np.mean(gold[len(bank["texts"]):])),
-            "hacks_scored_by_old": old(new).mean().item(), "hacks_scored_by_refreshed": proxy(new).mean().item()}
+            "policy_gold": float(np.mean(gold[len(bank["texts"]):]))}
+    refreshed = st.proxy({"refreshed": info}, "refreshed")
+    info |= {"hacks_scored_by_old": old(new).mean().item(), "hacks_scored_by_refreshed": refreshed(new).mean().item()}
     say(f"seed {seed}: refreshed proxy: {small} base pairs + {options.new_pairs} with the policy's samples (gold "
         f"{info['policy_gold']:+.2f}), held-out accuracy on base pairs {info['heldout_accuracy']:.3f} (old "
         f"{info['old_heldout_accuracy']:.3f}); the hacks scored {info['hacks_scored_by_old']:+.2f} by the old proxy, "
@@ -113,20 +102,19 @@ def refresh_seed(run: Path, out: Path, options, lm, tok) -> dict:
         raise Stopped(f"seed {seed}: the refreshed RL run stopped ({status}); its folder keeps what it did "
                       f"({st.out / 'rl' / 'refreshed'}); this probe starts over: run it again with --overwrite")
     base_gold = sum(bank["gold"]) / len(bank["gold"])
-    as_rows = lambda rs: [{"step": r["iteration"], "kl": r["objective/kl"], "proxy": r["env/reward_mean"],  # noqa: E731
-                           "gold": r["env/gold_mean"], "base_gold": base_gold} for r in rs]
-    results = json.loads((run / "results.json").read_text())
-    before = [r for r in results["rl"] if r["proxy_pairs"] == small and not r.get("ensemble")]
-    return {"seed": seed, "proxy": {k: v for k, v in info.items() if k != "state"},
-            "original": curve(sorted(before, key=lambda r: r["step"])), "refreshed": curve(as_rows(rows))}
+    before = [r for r in json.loads((run / "results.json").read_text())["rl"]
+              if r["proxy_pairs"] == small and not r.get("ensemble")]
+    points = {"original": rl_points(before), "refreshed": rl_points(rl_rows(rows, base_gold))}
+    return {"seed": seed, "proxy": {k: v for k, v in info.items() if k != "state"}, "points": points,
+            **{k: curve(v) for k, v in points.items()}}
 
 
 def mean_of(per_seed: list[dict], key: str) -> dict:
-    n = min(len(s[key]["points"]) for s in per_seed)
-    d = np.mean([[p[0] for p in s[key]["points"][:n]] for s in per_seed], axis=0)
-    r = np.mean([[p[1] for p in s[key]["points"][:n]] for s in per_seed], axis=0)
-    top = int(np.argmax(r))
-    return {"peak_gold": float(r[top]), "peak_d": float(d[top]), "final_gold": float(r[-1]), "final_d": float(d[-1])}
+    """What the curve over the seeds did (``fits.mean_curve``, as the measurement's ``seed: "mean"`` rows)."""
+    from workbook.goodhart.fits import mean_curve
+
+    d, r, _, _, p, _, _ = mean_curve({s["seed"]: s["points"][key] for s in per_seed})
+    return curve((d, r, p))
 
 
 @command
@@ -169,12 +157,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted: the RL runs finished so far are in {out}; this probe starts over: run it again with "
               "--overwrite", flush=True)
         return 130
-    res = {"per_seed": per_seed, "mean": {k: mean_of(per_seed, k) for k in ("original", "refreshed")},
-           "wall_s": time.perf_counter() - t0}
+    res = {"per_seed": [{k: v for k, v in s.items() if k != "points"} for s in per_seed],
+           "mean": {k: mean_of(per_seed, k) for k in ("original", "refreshed")}, "wall_s": time.perf_counter() - t0}
     for s in per_seed:
         o, f = s["original"], s["refreshed"]
-        print(f"seed {s['seed']}: gold peak {o['peak_gold']:+.2f} at √KL {o['peak_d']:.1f} → end {o['final_gold']:+.2f}; "
-              f"refreshed: {f['peak_gold']:+.2f} at {f['peak_d']:.1f} → end {f['final_gold']:+.2f}")
+        print(f"seed {s['seed']}: gold peak {o['measured_peak_gold']:+.2f} at √KL {o['measured_peak_d']:.1f} → end "
+              f"{o['final_gold']:+.2f}; refreshed: {f['measured_peak_gold']:+.2f} at {f['measured_peak_d']:.1f} → end "
+              f"{f['final_gold']:+.2f}")
     print(json.dumps(res), flush=True)
     return 0
 

@@ -236,9 +236,8 @@ class Stages:
         if path.exists():
             return torch.load(path, weights_only=False)
         a, m = self.a, self.m
-        gold, held_gold = torch.tensor(bank["gold"]), torch.tensor(bank["heldout_gold"])
-        heldout = m.gold_pairs(held_gold, a.heldout_pairs, seed=self.seed + 31)
-        nested = m.gold_pairs(gold, a.sizes()[-1], seed=self.seed + 17, label_noise=a.label_noise)
+        gold = torch.tensor(bank["gold"])
+        nested = self.sized_pairs(bank)
         jobs = [(f"pairs{n}", n, 0, nested[:n]) for n in a.sizes()]
         taken = {frozenset(p) for p in nested}
         for k in range(1, a.ensemble):  # other data of the smallest size, disjoint from every other proxy's
@@ -247,21 +246,33 @@ class Stages:
             jobs.append((f"pairs{a.sizes()[0]}-member{k}", a.sizes()[0], k, pairs))
         out = {}
         for name, n, k, pairs in jobs:
-            steps = max(a.proxy_min_steps, math.ceil(a.proxy_epochs * n / a.proxy_batch_size))
-            t0 = time.perf_counter()
-            model, losses = m.train_proxy(self.part3, self.lm, self.tok, bank["texts"], pairs, steps=steps,
-                                          batch_size=a.proxy_batch_size, lr=a.proxy_lr, seed=1_000 * self.seed + 7 * k + n)
-            proxy = m.Proxy(model, self.tok, 0.0, 1.0)
-            base = proxy.raw(bank["texts"])
-            proxy.mean, proxy.std = base.mean().item(), max(base.std().item(), 1e-6)
-            accuracy = m.pair_accuracy(proxy.raw(bank["heldout"]), heldout)
-            out[name] = {"pairs": n, "member": k, "steps": steps, "heldout_accuracy": accuracy,
-                         "train_accuracy": m.pair_accuracy(base, pairs), "wall_s": time.perf_counter() - t0,
-                         "state": proxy.state()}
-            self.say(f"seed {self.seed}: proxy {name}: {steps} steps, held-out pair accuracy {accuracy:.3f} "
-                     f"({time.perf_counter() - t0:.0f} s)")
+            out[name] = {"pairs": n, "member": k, **self.train(bank, bank["texts"], pairs, seed=1_000 * self.seed + 7 * k + n)}
+            self.say(f"seed {self.seed}: proxy {name}: {out[name]['steps']} steps, held-out pair accuracy "
+                     f"{out[name]['heldout_accuracy']:.3f} ({out[name]['wall_s']:.0f} s)")
         save(out, path)
         return out
+
+    def sized_pairs(self, bank: dict) -> list:
+        """The gold-labelled pairs of the sized proxies: the first n of them are the n-pair proxy's."""
+        return self.m.gold_pairs(torch.tensor(bank["gold"]), self.a.sizes()[-1], seed=self.seed + 17,
+                                 label_noise=self.a.label_noise)
+
+    def train(self, bank: dict, texts: list[str], pairs: list, *, seed: int) -> dict:
+        """One proxy on ``pairs`` of ``texts``, standardised on the bank's base samples: its steps, held-out and training
+        pair accuracy, time and state (``Proxy.state``)."""
+        a, m = self.a, self.m
+        steps = max(a.proxy_min_steps, math.ceil(a.proxy_epochs * len(pairs) / a.proxy_batch_size))
+        t0 = time.perf_counter()
+        model, _ = m.train_proxy(self.part3, self.lm, self.tok, texts, pairs, steps=steps, batch_size=a.proxy_batch_size,
+                                 lr=a.proxy_lr, seed=seed)
+        proxy = m.Proxy(model, self.tok, 0.0, 1.0)
+        base = proxy.raw(bank["texts"])
+        proxy.mean, proxy.std = base.mean().item(), max(base.std().item(), 1e-6)
+        heldout = m.gold_pairs(torch.tensor(bank["heldout_gold"]), a.heldout_pairs, seed=self.seed + 31)
+        trained_on = base if texts is bank["texts"] else proxy.raw(texts)
+        return {"steps": steps, "heldout_accuracy": m.pair_accuracy(proxy.raw(bank["heldout"]), heldout),
+                "train_accuracy": m.pair_accuracy(trained_on, pairs), "wall_s": time.perf_counter() - t0,
+                "state": proxy.state()}
 
     def proxy(self, proxies: dict, name: str):
         return self.m.Proxy.from_state(self.part3, proxies[name]["state"], self.tok)
@@ -398,6 +409,12 @@ def measure_seed(a: GoodhartArgs, seed: int, out: Path, lm, tok, say, progress: 
 
 # --- results ------------------------------------------------------------------------------------
 
+def rl_rows(metrics: list[dict], base_gold: float, **keys) -> list[dict]:
+    """An RL run's logged iterations as the benchmark's ``rl`` rows (``keys``: proxy_pairs, seed, ensemble)."""
+    return [{**keys, "step": r["iteration"], "kl": r["objective/kl"], "proxy": r["env/reward_mean"],
+             "gold": r["env/gold_mean"], "base_gold": base_gold} for r in metrics]
+
+
 def results(a: GoodhartArgs, seeds: list[dict]) -> dict:
     """The benchmark's JSON: gold, proxies, bon, rl (per seed) and fits (per curve and seed, and of each curve's mean over the seeds)."""
     from workbook.goodhart.fits import fit_rows
@@ -411,9 +428,7 @@ def results(a: GoodhartArgs, seeds: list[dict]) -> dict:
         for name, rows in s["rl"].items():
             ensemble = a.ensemble_method if name == "ensemble" else None
             pairs = a.sizes()[0] if ensemble else int(name.removeprefix("pairs"))
-            rl += [{"proxy_pairs": pairs, "seed": s["seed"], "step": r["iteration"], "kl": r["objective/kl"],
-                    "proxy": r["env/reward_mean"], "gold": r["env/gold_mean"], "ensemble": ensemble,
-                    "base_gold": s["base_gold"]} for r in rows]
+            rl += rl_rows(rows, s["base_gold"], proxy_pairs=pairs, seed=s["seed"], ensemble=ensemble)
     part11 = __import__("workbook.goodhart.measure", fromlist=["load_part11"]).load_part11(a.impl)
     return {"gold": a.gold, "proxies": proxies, "bon": bon, "rl": rl, "fits": fit_rows(part11, bon, rl)}
 
