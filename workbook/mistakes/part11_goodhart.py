@@ -456,12 +456,28 @@ def _peak_checked(alpha, beta, form):
         raise ValueError((alpha, beta, form))
 
 
+def _exp_or_inf(x):
+    """e^x, and inf past the largest float (the reference's overflow rule: each mistake below differs in one way)."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _peak(alpha, beta, form):
+    """The reference's peak: checked, β ≤ 0 → inf, bon's max(α/2β, 0), rl's e^(α/β − 1)."""
+    _peak_checked(alpha, beta, form)
+    if beta <= 0:
+        return math.inf
+    return max(alpha / (2 * beta), 0.0) if form == "bon" else _exp_or_inf(alpha / beta - 1)
+
+
 @part11("gao_peak", "bon_missing_two", "α/β was returned for bon: the 2 from differentiating βd² was lost")
 def peak_no_two(alpha, beta, form):
     _peak_checked(alpha, beta, form)
     if beta <= 0:
         return math.inf
-    return max(alpha / beta, 0.0) if form == "bon" else (math.exp(alpha / beta - 1) if alpha / beta < 710 else math.inf)
+    return max(alpha / beta, 0.0) if form == "bon" else _exp_or_inf(alpha / beta - 1)
 
 
 @part11("gao_peak", "precedence", "alpha / 2 * beta was written for α/(2β): Python reads it as (α/2)·β")
@@ -472,7 +488,7 @@ def peak_precedence(alpha, beta, form):
     if form == "bon":
         return max(alpha / 2 * beta, 0.0)
     x = alpha / beta - 1
-    return math.exp(x) if x < 709 else math.inf
+    return _exp_or_inf(x)
 
 
 @part11("gao_peak", "rl_missing_minus_one", "exp(α/β) was returned for rl: the −1 from differentiating d·log d was lost")
@@ -480,7 +496,7 @@ def peak_no_minus_one(alpha, beta, form):
     _peak_checked(alpha, beta, form)
     if beta <= 0:
         return math.inf
-    return max(alpha / (2 * beta), 0.0) if form == "bon" else (math.exp(alpha / beta) if alpha / beta < 709 else math.inf)
+    return max(alpha / (2 * beta), 0.0) if form == "bon" else _exp_or_inf(alpha / beta)
 
 
 @part11("gao_peak", "math_exp_overflows", "math.exp(α/β − 1) raised OverflowError for a tiny β instead of giving inf")
@@ -497,7 +513,7 @@ def peak_beta_unchecked(alpha, beta, form):
     if form == "bon":
         return max(alpha / (2 * beta), 0.0)
     x = alpha / beta - 1
-    return math.exp(x) if x < 709 else math.inf
+    return _exp_or_inf(x)
 
 
 @part11("gao_peak", "bon_negative_peak", "a negative α gave a negative d for bon, not 0 (the best d ≥ 0)")
@@ -508,7 +524,7 @@ def peak_negative(alpha, beta, form):
     if form == "bon":
         return alpha / (2 * beta)
     x = alpha / beta - 1
-    return math.exp(x) if x < 709 else math.inf
+    return _exp_or_inf(x)
 
 
 @part11("gao_peak", "forms_swapped", "the bon and rl peaks were swapped")
@@ -519,7 +535,7 @@ def peak_swapped(alpha, beta, form):
     if form == "rl":
         return max(alpha / (2 * beta), 0.0)
     x = alpha / beta - 1
-    return math.exp(x) if x < 709 else math.inf
+    return _exp_or_inf(x)
 
 
 @part11("gao_peak", "overflow_cut_at_709",
@@ -561,14 +577,14 @@ def peak_alpha_first(alpha, beta, form):
     if form == "bon":
         return alpha / (2 * beta)
     x = alpha / beta - 1
-    return math.exp(x) if x < 709 else math.inf
+    return _exp_or_inf(x)
 
 
 @part11("gao_peak", "inf_before_the_form_check", "β ≤ 0 answered inf before the form was checked")
 def peak_inf_before_form(alpha, beta, form):
     if beta <= 0:
         return math.inf
-    return peak_cut_at_709(alpha, beta, form)
+    return _peak(alpha, beta, form)
 
 
 @part11("gao_peak", "inf_before_the_finite_check",
@@ -578,7 +594,7 @@ def peak_inf_before_finite(alpha, beta, form):
         raise ValueError(form)
     if beta <= 0:
         return math.inf
-    return peak_cut_at_709(alpha, beta, form)
+    return _peak(alpha, beta, form)
 
 
 @part11("gao_peak", "zero_before_the_finite_check",
@@ -588,7 +604,7 @@ def peak_zero_before_finite(alpha, beta, form):
         raise ValueError(form)
     if form == "bon" and alpha <= 0 and beta > 0:
         return 0.0
-    return peak_cut_at_709(alpha, beta, form)
+    return _peak(alpha, beta, form)
 
 
 @part11("gao_peak", "bad_arguments_accepted", "an unknown form or a NaN/infinite α or β was answered instead of refused")
@@ -598,7 +614,7 @@ def peak_unchecked(alpha, beta, form):
     if form == "bon":
         return max(alpha / (2 * beta), 0.0)
     x = alpha / beta - 1
-    return math.exp(x) if x < 709 else math.inf
+    return _exp_or_inf(x)
 
 
 # --- standardise_proxies -------------------------------------------------------------------------
