@@ -222,10 +222,11 @@ def gao_peak(alpha: float, beta: float, form: str) -> float:
         bon:  R'(d) = α − 2βd = 0               →  d* = α / (2β)
         rl:   R'(d) = α − β log d − β = 0       →  d* = exp(α/β − 1)
 
-    Both are maxima when β > 0. With β ≤ 0 the gold never turns down: ``math.inf``. For bon with
-    α ≤ 0 (and β > 0) the gold falls from the start: the best d ≥ 0 is 0.0. The rl peak is always
-    positive. When exp(α/β − 1) is beyond the largest float (tiny β), the peak is ``math.inf``
-    too, not an OverflowError. Returns a Python float.
+    Both are maxima when β > 0. With β < 0 the gold never turns down: ``math.inf``. With β = 0
+    both forms are R = αd: it never turns down when α ≥ 0 (``math.inf``) and falls from the start
+    when α < 0 (0.0). For bon with α ≤ 0 (and β > 0) the gold falls from the start: the best
+    d ≥ 0 is 0.0. Otherwise the rl peak is positive. When exp(α/β − 1) is beyond the largest
+    float (tiny β), the peak is ``math.inf`` too, not an OverflowError. Returns a Python float.
 
     ``ValueError`` for a ``form`` other than "bon" or "rl", or a NaN or infinite α or β.
 

@@ -289,10 +289,11 @@ def gao_peak(alpha: float, beta: float, form: str) -> float:
         bon:  R'(d) = α − 2βd = 0               →  d* = α / (2β)
         rl:   R'(d) = α − β log d − β = 0       →  d* = exp(α/β − 1)
 
-    Both are maxima when β > 0. With β ≤ 0 the gold never turns down: ``math.inf``. For bon with
-    α ≤ 0 (and β > 0) the gold falls from the start: the best d ≥ 0 is 0.0. The rl peak is always
-    positive. When exp(α/β − 1) is beyond the largest float (tiny β), the peak is ``math.inf``
-    too, not an OverflowError. Returns a Python float.
+    Both are maxima when β > 0. With β < 0 the gold never turns down: ``math.inf``. With β = 0
+    both forms are R = αd: it never turns down when α ≥ 0 (``math.inf``) and falls from the start
+    when α < 0 (0.0). For bon with α ≤ 0 (and β > 0) the gold falls from the start: the best
+    d ≥ 0 is 0.0. Otherwise the rl peak is positive. When exp(α/β − 1) is beyond the largest
+    float (tiny β), the peak is ``math.inf`` too, not an OverflowError. Returns a Python float.
 
     ``ValueError`` for a ``form`` other than "bon" or "rl", or a NaN or infinite α or β.
 
@@ -309,7 +310,9 @@ def gao_peak(alpha: float, beta: float, form: str) -> float:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
     if not (math.isfinite(alpha) and math.isfinite(beta)):
         raise ValueError(f"alpha and beta must be finite, got {alpha!r} and {beta!r}")
-    if beta <= 0:
+    if beta == 0:   # R = αd: rises for ever (α > 0), stays flat (α = 0) or falls from d = 0 (α < 0)
+        return 0.0 if alpha < 0 else math.inf
+    if beta < 0:
         return math.inf
     if form == "bon":
         return max(alpha / (2 * beta), 0.0)

@@ -647,9 +647,20 @@ def test_gao_peak_hand_values(impl, ref):
 @pytest.mark.exercise("gao_peak")
 @pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (1.0, -0.5), (1.0, -1e-12), (-1.0, -0.5), (-1.0, -1e-12)])
 @pytest.mark.parametrize("form", ["bon", "rl"])
-def test_gao_peak_is_infinite_when_beta_is_not_positive(impl, ref, form, alpha, beta):
+def test_gao_peak_is_infinite_when_the_gold_never_turns_down(impl, ref, form, alpha, beta):
     # With α < 0 as well (bon: the gold dips, then grows without bound): the β rule comes first, not "α ≤ 0 gives 0".
-    check(impl, ref, "gao_peak", INF, alpha, beta, form, rtol=0, atol=0, why="β ≤ 0: the gold never turns down")
+    check(impl, ref, "gao_peak", INF, alpha, beta, form, rtol=0, atol=0, why="β < 0, or β = 0 with α > 0: the gold never turns down")
+
+
+@pytest.mark.exercise("gao_peak")
+@pytest.mark.parametrize("form", ["bon", "rl"])
+def test_gao_peak_with_beta_zero_is_the_sign_of_alpha(impl, ref, form):
+    # β = 0: both forms are R = αd, a straight line. β = −0.0 is the same β.
+    for beta in (0.0, -0.0):
+        check(impl, ref, "gao_peak", 0.0, -1.0, beta, form, rtol=0, atol=0, why="β = 0, α < 0: R = αd falls from d = 0")
+        check(impl, ref, "gao_peak", 0.0, -1e-300, beta, form, rtol=0, atol=0, why="β = 0, a tiny α < 0: still falls")
+        check(impl, ref, "gao_peak", INF, 0.0, beta, form, rtol=0, atol=0, why="β = 0, α = 0: flat, never turns down")
+        check(impl, ref, "gao_peak", INF, 0.5, beta, form, rtol=0, atol=0, why="β = 0, α > 0: rises for ever")
 
 
 @pytest.mark.exercise("gao_peak")
@@ -669,8 +680,9 @@ def test_gao_peak_is_infinite_when_the_rl_peak_overflows(impl, ref, beta):
     # otherwise answer inf or 0.0 at once.
     (1.0, 0.0, "gao", "unknown form (β = 0)"), (1.0, -1.0, "bon ", "unknown form (β < 0)"),
     (NAN, -0.5, "rl", "α is NaN (β < 0)"), (1.0, -INF, "rl", "β is −inf"), (-INF, 0.5, "bon", "α is −inf (bon)"),
+    (NAN, 0.0, "rl", "α is NaN (β = 0)"), (-INF, 0.0, "bon", "α is −inf (β = 0)"),
 ], ids=["gao", "RL", "nan-alpha", "nan-beta", "inf-beta", "inf-alpha", "gao-beta-0", "bon-space-beta-negative",
-        "nan-alpha-beta-negative", "minus-inf-beta", "minus-inf-alpha-bon"])
+        "nan-alpha-beta-negative", "minus-inf-beta", "minus-inf-alpha-bon", "nan-alpha-beta-0", "minus-inf-alpha-beta-0"])
 def test_gao_peak_rejects_bad_arguments(impl, alpha, beta, form, why):
     expect_value_error(impl, "gao_peak", why, alpha, beta, form)
 

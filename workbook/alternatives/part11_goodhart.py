@@ -295,9 +295,9 @@ def peak_numpy(alpha, beta, form):
         raise ValueError(f"unknown form {form!r}")
     if math.isnan(alpha) or math.isnan(beta) or math.isinf(alpha) or math.isinf(beta):
         raise ValueError("alpha and beta must be finite")
-    if not beta > 0:
+    if beta < 0 or (beta == 0 and alpha >= 0):
         return math.inf
-    if form == "bon":
+    if form == "bon" or beta == 0:   # β = 0 here means α < 0: R = αd falls from the start
         return alpha / (2 * beta) if alpha > 0 else 0.0
     log_peak = alpha / beta - 1
     if log_peak > math.log(np.finfo(np.float64).max):
@@ -310,7 +310,7 @@ def peak_try(alpha, beta, form):
     if form not in ("bon", "rl") or not all(math.isfinite(x) for x in (alpha, beta)):
         raise ValueError("bad arguments")
     if beta <= 0:
-        return float("inf")
+        return 0.0 if beta == 0 and alpha < 0 else float("inf")
     if form == "bon":
         return max(0.0, alpha / beta / 2)
     try:
@@ -326,7 +326,7 @@ def peak_log_max(alpha, beta, form):
     if not (math.isfinite(alpha) and math.isfinite(beta)):
         raise ValueError("alpha and beta must be finite")
     if not beta > 0:
-        return math.inf
+        return math.inf if beta < 0 or alpha >= 0 else 0.0
     if form == "bon":
         return alpha / (2 * beta) if alpha > 0 else 0.0
     exponent = alpha / beta - 1
@@ -340,7 +340,7 @@ def peak_errstate(alpha, beta, form):
     if not np.isfinite([alpha, beta]).all():
         raise ValueError("alpha and beta must be finite")
     if beta <= 0:
-        return float("inf")
+        return float(np.where((beta == 0) & (alpha < 0), 0.0, np.inf))
     if form == "bon":
         return float(np.maximum(alpha / (2 * beta), 0.0))
     with np.errstate(over="ignore"):

@@ -456,6 +456,11 @@ def _peak_checked(alpha, beta, form):
         raise ValueError((alpha, beta, form))
 
 
+def _no_turn(alpha, beta):
+    """The reference's answer for β ≤ 0: inf, except β = 0 with α < 0 (R = αd falls from the start): 0.0."""
+    return 0.0 if beta == 0 and alpha < 0 else math.inf
+
+
 def _exp_or_inf(x):
     """e^x, and inf past the largest float (the reference's overflow rule: each mistake below differs in one way)."""
     try:
@@ -465,10 +470,10 @@ def _exp_or_inf(x):
 
 
 def _peak(alpha, beta, form):
-    """The reference's peak: checked, β ≤ 0 → inf, bon's max(α/2β, 0), rl's e^(α/β − 1)."""
+    """The reference's peak: checked, β ≤ 0 → inf (β = 0 with α < 0 → 0.0), bon's max(α/2β, 0), rl's e^(α/β − 1)."""
     _peak_checked(alpha, beta, form)
     if beta <= 0:
-        return math.inf
+        return _no_turn(alpha, beta)
     return max(alpha / (2 * beta), 0.0) if form == "bon" else _exp_or_inf(alpha / beta - 1)
 
 
@@ -476,7 +481,7 @@ def _peak(alpha, beta, form):
 def peak_no_two(alpha, beta, form):
     _peak_checked(alpha, beta, form)
     if beta <= 0:
-        return math.inf
+        return _no_turn(alpha, beta)
     return max(alpha / beta, 0.0) if form == "bon" else _exp_or_inf(alpha / beta - 1)
 
 
@@ -484,7 +489,7 @@ def peak_no_two(alpha, beta, form):
 def peak_precedence(alpha, beta, form):
     _peak_checked(alpha, beta, form)
     if beta <= 0:
-        return math.inf
+        return _no_turn(alpha, beta)
     if form == "bon":
         return max(alpha / 2 * beta, 0.0)
     x = alpha / beta - 1
@@ -495,7 +500,7 @@ def peak_precedence(alpha, beta, form):
 def peak_no_minus_one(alpha, beta, form):
     _peak_checked(alpha, beta, form)
     if beta <= 0:
-        return math.inf
+        return _no_turn(alpha, beta)
     return max(alpha / (2 * beta), 0.0) if form == "bon" else _exp_or_inf(alpha / beta)
 
 
@@ -503,7 +508,7 @@ def peak_no_minus_one(alpha, beta, form):
 def peak_overflow(alpha, beta, form):
     _peak_checked(alpha, beta, form)
     if beta <= 0:
-        return math.inf
+        return _no_turn(alpha, beta)
     return max(alpha / (2 * beta), 0.0) if form == "bon" else math.exp(alpha / beta - 1)
 
 
@@ -520,18 +525,28 @@ def peak_beta_unchecked(alpha, beta, form):
 def peak_negative(alpha, beta, form):
     _peak_checked(alpha, beta, form)
     if beta <= 0:
-        return math.inf
+        return _no_turn(alpha, beta)
     if form == "bon":
         return alpha / (2 * beta)
     x = alpha / beta - 1
     return _exp_or_inf(x)
 
 
+@part11("gao_peak", "beta_zero_falling_called_endless",
+        "β = 0 with α < 0 was answered inf: R = αd falls from d = 0, so the best d is 0.0 (only β < 0, or β = 0 "
+        "with α ≥ 0, never turns down)")
+def peak_beta_zero_inf(alpha, beta, form):
+    _peak_checked(alpha, beta, form)
+    if beta <= 0:
+        return math.inf
+    return max(alpha / (2 * beta), 0.0) if form == "bon" else _exp_or_inf(alpha / beta - 1)
+
+
 @part11("gao_peak", "forms_swapped", "the bon and rl peaks were swapped")
 def peak_swapped(alpha, beta, form):
     _peak_checked(alpha, beta, form)
     if beta <= 0:
-        return math.inf
+        return _no_turn(alpha, beta)
     if form == "rl":
         return max(alpha / (2 * beta), 0.0)
     x = alpha / beta - 1
@@ -544,7 +559,7 @@ def peak_swapped(alpha, beta, form):
 def peak_cut_at_709(alpha, beta, form):
     _peak_checked(alpha, beta, form)
     if beta <= 0:
-        return math.inf
+        return _no_turn(alpha, beta)
     if form == "bon":
         return max(alpha / (2 * beta), 0.0)
     x = alpha / beta - 1
@@ -556,7 +571,7 @@ def peak_cut_at_709(alpha, beta, form):
 def peak_exp_over_e(alpha, beta, form):
     _peak_checked(alpha, beta, form)
     if beta <= 0:
-        return math.inf
+        return _no_turn(alpha, beta)
     if form == "bon":
         return max(alpha / (2 * beta), 0.0)
     try:
@@ -573,7 +588,7 @@ def peak_alpha_first(alpha, beta, form):
     if form == "bon" and alpha <= 0:
         return 0.0
     if beta <= 0:
-        return math.inf
+        return _no_turn(alpha, beta)
     if form == "bon":
         return alpha / (2 * beta)
     x = alpha / beta - 1
@@ -583,7 +598,7 @@ def peak_alpha_first(alpha, beta, form):
 @part11("gao_peak", "inf_before_the_form_check", "β ≤ 0 answered inf before the form was checked")
 def peak_inf_before_form(alpha, beta, form):
     if beta <= 0:
-        return math.inf
+        return _no_turn(alpha, beta)
     return _peak(alpha, beta, form)
 
 
@@ -593,7 +608,7 @@ def peak_inf_before_finite(alpha, beta, form):
     if form not in ("bon", "rl"):
         raise ValueError(form)
     if beta <= 0:
-        return math.inf
+        return _no_turn(alpha, beta)
     return _peak(alpha, beta, form)
 
 
@@ -610,7 +625,7 @@ def peak_zero_before_finite(alpha, beta, form):
 @part11("gao_peak", "bad_arguments_accepted", "an unknown form or a NaN/infinite α or β was answered instead of refused")
 def peak_unchecked(alpha, beta, form):
     if not beta > 0:
-        return math.inf
+        return _no_turn(alpha, beta)
     if form == "bon":
         return max(alpha / (2 * beta), 0.0)
     x = alpha / beta - 1
