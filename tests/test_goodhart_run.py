@@ -24,6 +24,22 @@ def tiny(runs, name="t", *extra):
 def test_a_tiny_run_interrupted_then_resumed_writes_the_benchmarks_keys(tmp_path, capsys, monkeypatch):
     from workbook.goodhart import run
 
+    trained, real_train = [], run.Stages.train
+
+    def interrupted_proxies(self, *args, **kwargs):  # Ctrl-C while the second proxy trains
+        trained.append(kwargs["seed"])
+        if len(trained) == 2:
+            raise KeyboardInterrupt
+        return real_train(self, *args, **kwargs)
+
+    monkeypatch.setattr(run.Stages, "train", interrupted_proxies)
+    runs = tmp_path / "runs"
+    folder = runs / "t"
+    assert workbook_main(tiny(runs)) == 130
+    assert f"--resume {folder}" in capsys.readouterr().out
+    assert not (folder / "seed0" / "proxies.pt").exists() and (folder / "seed0" / "proxies.partial.pt").exists()
+    monkeypatch.setattr(run.Stages, "train", real_train)
+
     calls = []
     real = run.Stages.rl
 
@@ -34,10 +50,11 @@ def test_a_tiny_run_interrupted_then_resumed_writes_the_benchmarks_keys(tmp_path
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(run.Stages, "rl", interrupted_second)
-    runs = tmp_path / "runs"
-    assert workbook_main(tiny(runs)) == 130
+    monkeypatch.setattr(run.Stages, "train", lambda self, *a, **kw: trained.append(kw["seed"]) or real_train(self, *a, **kw))
+    assert workbook_main(["goodhart", "--resume", str(folder), "--wandb", "disabled", "--no-progress"]) == 130
+    assert len(trained) == 2 + 2, "the proxy trained before the stop was kept, the one it stopped and the third trained"
+    assert trained[2] == trained[1], "the stopped proxy is trained again from its own seed"
     out = capsys.readouterr().out
-    folder = runs / "t"
     assert f"python -m workbook goodhart --resume {folder}" in out
     assert json.loads((folder / "summary.json").read_text())["status"] == "interrupted"
     kept = {p: p.stat().st_mtime_ns for p in (folder / "seed0").glob("*.*")}

@@ -244,12 +244,19 @@ class Stages:
             pairs = m.gold_pairs(gold, a.sizes()[0], seed=self.seed + 1_000 * k, label_noise=a.label_noise, exclude=taken)
             taken |= {frozenset(p) for p in pairs}
             jobs.append((f"pairs{a.sizes()[0]}-member{k}", a.sizes()[0], k, pairs))
-        out = {}
+        # The proxies trained so far, saved after each: Ctrl-C in this stage keeps them (each has its own seed, so the
+        # ones trained after a resume are the same as without the stop).
+        partial = self.out / "proxies.partial.pt"
+        out = torch.load(partial, weights_only=False) if partial.exists() else {}
         for name, n, k, pairs in jobs:
+            if name in out:
+                continue
             out[name] = {"pairs": n, "member": k, **self.train(bank, bank["texts"], pairs, seed=1_000 * self.seed + 7 * k + n)}
             self.say(f"seed {self.seed}: proxy {name}: {out[name]['steps']} steps, held-out pair accuracy "
                      f"{out[name]['heldout_accuracy']:.3f} ({out[name]['wall_s']:.0f} s)")
+            save(out, partial)
         save(out, path)
+        partial.unlink()
         return out
 
     def sized_pairs(self, bank: dict) -> list:
