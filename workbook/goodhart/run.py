@@ -15,8 +15,8 @@ PPO against each proxy (and the ensemble), logging the gold of every batch. Then
 Writes, under ``<runs-dir>/<run name>/``: ``config.json``; ``seed<S>/`` (``bank.json``, ``proxies.pt``,
 ``bon.json`` and ``rl/<proxy>/``, each an ``rlhf`` run folder that ``evaluate`` reads, which scores its
 policy with VADER, Part 3's reward); ``results.json`` (the benchmark's keys: gold, proxies, bon, rl, fits),
-``goodhart.png`` and ``summary.json``. Ctrl-C keeps every stage finished (an RL run stops after its
-iteration, with its checkpoint); ``--resume RUN_DIR`` continues from there.
+``goodhart.png`` and ``summary.json``. Ctrl-C keeps every stage finished, every proxy trained (``proxies.partial.pt``
+until the stage ends) and an RL run's last iteration, with its checkpoint; ``--resume RUN_DIR`` continues from there.
 """
 
 from __future__ import annotations
