@@ -4,3 +4,7 @@
 ``fits.py``: measured rows → (√KL, gold) points and Gao et al.'s fits; ``figure.py``: the figure;
 ``run.py``: the command (stages per seed, run folder, ``--resume``, Ctrl-C).
 """
+
+GOLDS = ("vader", "vader-words")
+"""The golds the measurement knows (``--gold``; ``measure.gold_scorer`` builds each): ``vader`` (Part 3's reward) and
+``vader-words`` (VADER, where every word no reader knows counts as the worst review)."""

@@ -39,6 +39,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from workbook.goodhart import GOLDS
 from workbook.lm.corpus import review_prompts
 from workbook.lm.model import GPT, GPTConfig
 from workbook.lm.tokenizer import CharTokenizer
@@ -54,10 +55,6 @@ def load_part11(impl: str) -> ModuleType:
     """``exercises.part11_goodhart`` or ``solutions.part11_goodhart`` (the learner's by default)."""
     return load_part(impl, "part11_goodhart")
 
-
-GOLDS = ("vader", "vader-words")
-"""The golds the measurement knows: ``vader`` (Part 3's reward) and ``vader-words`` (VADER, where every word no
-reader knows counts as the worst review)."""
 
 _WORD = re.compile(r"[a-z']+")
 

@@ -36,6 +36,7 @@ import torch
 from workbook.checkpoints import CHECKPOINT, INTERRUPTED, load_run, save, write_json
 from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, require,
                           require_at_least, require_choices, require_in, require_positive, require_unique_seeds)
+from workbook.goodhart import GOLDS
 from workbook.runs import ConfigError, check_can_create, check_new_run_dir, command, new_run_dir, start_wandb, stub_error
 
 COMMAND = "goodhart"
@@ -47,7 +48,7 @@ class GoodhartArgs:
 
     impl: Literal["exercises", "solutions"] = "exercises"
     """Whose Part 3 (RewardModel, preference_loss, PPO) and Part 11 (best-of-n, fits, ensembles) run: exercises or solutions."""
-    gold: Literal["vader", "vader-words"] = "vader-words"
+    gold: Literal[GOLDS] = "vader-words"
     """The gold: vader (Part 3's reward) or vader-words (VADER, where the share of words no reader knows counts as −1)."""
     proxy_pairs: str = "1000,3000,10000"
     """The proxies' training-set sizes in gold-labelled pairs, comma-separated, ascending (one proxy, one best-of-n curve and one RL run each)."""
