@@ -89,7 +89,7 @@ def best_of_n_kl(n: int) -> float:
     """
     if isinstance(n, bool) or not isinstance(n, numbers.Integral):
         raise ValueError(f"n must be an int >= 1, got {n!r}")
-    if n < 1:
+    if n < 1:   # n = 0 would fail in math.log(0) too, with a less helpful message
         raise ValueError(f"n must be >= 1, got {n}")
     return math.log(n) - (n - 1) / n
 
@@ -310,10 +310,8 @@ def gao_peak(alpha: float, beta: float, form: str) -> float:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
     if not (math.isfinite(alpha) and math.isfinite(beta)):
         raise ValueError(f"alpha and beta must be finite, got {alpha!r} and {beta!r}")
-    if beta == 0:   # R = αd: rises for ever (α > 0), stays flat (α = 0) or falls from d = 0 (α < 0)
-        return 0.0 if alpha < 0 else math.inf
-    if beta < 0:
-        return math.inf
+    if beta <= 0:   # never turns down — except β = 0 with α < 0, where R = αd falls from d = 0
+        return 0.0 if beta == 0 and alpha < 0 else math.inf
     if form == "bon":
         return max(alpha / (2 * beta), 0.0)
     try:
