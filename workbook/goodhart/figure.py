@@ -53,7 +53,8 @@ def draw(res: dict, path: Path, args) -> None:
                 top.plot(grid, fitted, color=colour, linestyle="--", linewidth=1,
                          label=f"fit R²={f['r2']:.2f}")
         acc = accuracy.get(size, [float("nan")])
-        top.set_title(f"proxy of {size} pairs\n(held-out accuracy {min(acc):.2f}–{max(acc):.2f})", fontsize=10)
+        span = f"{min(acc):.2f}" if f"{min(acc):.2f}" == f"{max(acc):.2f}" else f"{min(acc):.2f}–{max(acc):.2f}"
+        top.set_title(f"proxy of {size} pairs\n(held-out accuracy {span})", fontsize=10)
         top.axhline(0, color="grey", linewidth=0.5)
         top.legend(fontsize=7)
         bottom.set_xlabel("√KL(π ‖ π_init)  (√nats)")
@@ -61,8 +62,10 @@ def draw(res: dict, path: Path, args) -> None:
             top.set_ylabel(f"gold ({res['gold']}) − base")
             bottom.set_ylabel("proxy score (std. on base samples)")
     seeds = sorted({r["seed"] for r in res["bon"] + res["rl"]})
-    fig.suptitle(f"Goodhart on the review GPT: gold and proxy against √KL (seeds {', '.join(map(str, seeds))}: "
-                 "mean, range shaded; Gao et al.'s forms dashed)", fontsize=10)
+    over = (f"seed {seeds[0]}" if len(seeds) == 1 else
+            f"seeds {', '.join(map(str, seeds))}: mean, range shaded")  # one seed has no range to shade
+    fig.suptitle(f"Goodhart on the review GPT: gold and proxy against √KL ({over}; Gao et al.'s forms dashed)",
+                 fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
