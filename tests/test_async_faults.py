@@ -5,7 +5,8 @@ Not graded: the given engine (workbook/async_rl/processes.py) under tests/stress
 as a process of its own, so that its exit is checked too: a process group torn down while a thread
 still waited inside gloo aborted 2 runs in 6 ("terminate called without an active exception", exit
 status 134). Samplers start from a fork server here (the same engine, started in milliseconds), so
-the 160 tries take about 30-60 s on two cores; ``--start spawn`` runs them as real runs start them.
+the 160 tries take about 30 s on two cores, most of it the deadlines they wait out; ``--start spawn``
+runs them as real runs start them.
 """
 
 from __future__ import annotations

@@ -86,6 +86,10 @@ class PeerGone(Exception):
     """The other side of a receive died or sent nothing before the deadline."""
 
 
+class PeerSilent(PeerGone):
+    """The other side sent nothing before the deadline: it may still be running (stopped, or stuck)."""
+
+
 # --- messages: any picklable object, as a size then bytes -----------------------------------
 
 def _pack(obj) -> Tensor:
@@ -176,7 +180,7 @@ class Inbox:
                 return self._take(self.arrived.get(timeout=min(0.05, max(0.0, deadline - time.monotonic()))))
             except queue.Empty:
                 if time.monotonic() >= deadline:
-                    raise PeerGone(f"nothing received for {seconds:g} s") from None
+                    raise PeerSilent(f"nothing received for {seconds:g} s") from None
 
 
 class _ModulePickler(pickle.Pickler):
@@ -410,7 +414,7 @@ class RemoteSampling:
             for r in self.ranks:
                 exited = self.procs[r].exitcode is not None
                 if exited or (time.monotonic() > deadline and not self.store.check([f"joining/{r}"])):
-                    fate = self._fate(r, f"nothing received for {timeout_s():g} s")
+                    fate = self._fate(r, f"nothing received for {timeout_s():g} s", grace_s=0.0 if exited else 0.1)
                     raise SamplingStopped("failed", f"sampler {r} {fate} before it joined the learner")
             time.sleep(0.05)  # a slice: Ctrl-C's handler runs between them
 
@@ -439,7 +443,8 @@ class RemoteSampling:
         try:
             message = self.inboxes[r].get(timeout_s())
         except PeerGone as error:
-            raise SamplingStopped("failed", f"sampler {r} {self._fate(r, str(error))} before sending batch {it + 1}") from None
+            grace = 0.1 if isinstance(error, PeerSilent) else 1.0
+            raise SamplingStopped("failed", f"sampler {r} {self._fate(r, str(error), grace)} before sending batch {it + 1}") from None
         if message["kind"] == "stopping":
             raise SamplingStopped("interrupted", f"sampler {r} stopped on {message['signal']}")
         if message["kind"] == "error":
@@ -448,11 +453,17 @@ class RemoteSampling:
         self.streams[r] = message["generator"]
         return sampled
 
-    def _fate(self, r: int, detail: str) -> str:
+    def _fate(self, r: int, detail: str, grace_s: float = 1.0) -> str:
+        """What became of sampler ``r``, whose receive failed: its exit status if it has one within ``grace_s``.
+
+        A receive whose connection closed means the sampler is ending: its status comes within moments (1 s).
+        One silent for the whole deadline has had its time: a short look (0.1 s), then "stopped answering" — the
+        status of a stopped process would never come (in a run the deadline is minutes; in the fault tests,
+        half a second, tried 20 times: the grace was most of their time)."""
         if r not in self.procs:  # a torchrun rank: torchrun reports how it ended
             return f"(rank {r}) is gone or stopped answering ({detail})"
         proc = self.procs[r]
-        proc.join(timeout=1.0)
+        proc.join(timeout=grace_s)
         code = proc.exitcode
         if code is None:
             self.unanswering.add(r)
