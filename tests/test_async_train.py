@@ -420,6 +420,34 @@ def test_a_sampler_that_exits_before_it_joins_is_one_line_at_once(tmp_path, caps
     assert not dist.is_initialized() and not [t for t in threading.enumerate() if t.name.startswith("inbox-")]
 
 
+def sampler_1_never_joins(rank: int, world_size: int, port: int, setup: dict) -> None:
+    """What the sampler process runs instead of ``sampler_main``: it starts and never joins (stuck loading, say)."""
+    time.sleep(600)
+
+
+def test_a_sampler_that_never_joins_is_one_line_after_the_starts_deadline(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(processes, "sampler_main", sampler_1_never_joins)
+    monkeypatch.setenv("WORKBOOK_SAMPLER_START_TIMEOUT_S", "1.5")  # the receive's deadline stays TIMEOUT_S
+    sampling, original = [], processes.RemoteSampling.__init__
+
+    def keep(self, *args, **kw):  # its __init__ raises: kept before it starts
+        sampling.append(self)
+        original(self, *args, **kw)
+
+    monkeypatch.setattr(processes.RemoteSampling, "__init__", keep)
+    t0 = time.monotonic()
+    assert reasoning.main(TINY + ["--samplers", "1", "--iterations", "3", "--runs-dir", str(tmp_path), "--run-name",
+                                  "unjoined"]) == 2
+    assert time.monotonic() - t0 < float(TIMEOUT_S), "the start's deadline, not the receive's"
+    proc = sampling[0].procs[1]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --samplers: sampler 1 (pid {proc.pid}) did not join the learner within 1.5 s "
+                   f"(WORKBOOK_SAMPLER_START_TIMEOUT_S); nothing was trained, so the new run folder "
+                   f"{tmp_path / 'unjoined'} was removed"], err
+    assert not (tmp_path / "unjoined").exists()
+    assert proc.exitcode is not None and not alive(proc.pid), "the sampler that never joined was left behind"
+
+
 # --- faults: kill, Ctrl-C, stop (the command as a subprocess) ---------------------------------------
 
 def proc_stat(pid: int) -> tuple[str, int, int] | None:
@@ -471,7 +499,9 @@ class Command:
 
     def __init__(self, tmp_path: Path, name: str, *extra: str, timeout_s: str = TIMEOUT_S):
         self.run, self.out, self.err = tmp_path / name, tmp_path / f"{name}.out", tmp_path / f"{name}.err"
-        env = dict(os.environ, WORKBOOK_DIST_TIMEOUT_S=timeout_s, OMP_NUM_THREADS="1")
+        # The start has a deadline of its own: a spawned sampler importing torch on a busy machine (make test's two
+        # workers and the meta-run on 2 cores) once took longer than the 5 s receive deadline of the stopped-sampler test.
+        env = dict(os.environ, WORKBOOK_DIST_TIMEOUT_S=timeout_s, WORKBOOK_SAMPLER_START_TIMEOUT_S="90", OMP_NUM_THREADS="1")
         env.pop("WORKBOOK_SAMPLER_START", None)  # spawned, as real runs start them
         with open(self.out, "w") as out, open(self.err, "w") as err:
             self.proc = subprocess.Popen(

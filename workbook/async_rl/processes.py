@@ -29,7 +29,8 @@ Samplers are spawned (a fresh interpreter each); ``WORKBOOK_SAMPLER_START=forkse
 server process instead, which starts them in milliseconds once it runs (tests/stress_async_faults.py
 starts a hundred).
 
-Faults: every receive has a deadline (``WORKBOOK_DIST_TIMEOUT_S``, default 600 s) and a peer
+Faults: every receive has a deadline (``WORKBOOK_DIST_TIMEOUT_S``, default 600 s; a sampler's start has
+``WORKBOOK_SAMPLER_START_TIMEOUT_S``, by default the same) and a peer
 that dies closes the connection, so no one waits forever. A sampler killed, one that raises,
 one stopped by a signal, or one that exits before it has joined the group (the learner watches
 the processes while it waits for them) becomes one line on the learner (:class:`SamplingStopped`), which
@@ -72,6 +73,14 @@ POLL_S = 0.002
 
 def timeout_s() -> float:
     return float(os.environ.get("WORKBOOK_DIST_TIMEOUT_S", 600.0))
+
+
+def start_timeout_s() -> float:
+    """How long the learner waits for a spawned sampler to join: ``WORKBOOK_SAMPLER_START_TIMEOUT_S``, by default
+    the receive's deadline. A start is a fresh interpreter importing torch and loading the model — seconds on a
+    busy machine, minutes for a large model — so one who shortens the receive's deadline to hear of a hang sooner
+    (a test, a debugging session) can keep this one long."""
+    return float(os.environ.get("WORKBOOK_SAMPLER_START_TIMEOUT_S", timeout_s()))
 
 
 class SamplingStopped(Exception):
@@ -407,14 +416,17 @@ class RemoteSampling:
 
     def _wait_for_samplers(self) -> None:
         """Until every sampler is about to join the group; :class:`SamplingStopped` as soon as one has exited, or
-        once one has not come within the deadline. (One that dies in the milliseconds between saying so and
-        joining still costs the group's deadline: the join itself is one call.)"""
-        keys, deadline = [f"joining/{r}" for r in self.ranks], time.monotonic() + timeout_s()
+        once one has not come within the start's deadline (:func:`start_timeout_s`). (One that dies in the
+        milliseconds between saying so and joining still costs the group's deadline: the join itself is one call.)"""
+        keys, deadline = [f"joining/{r}" for r in self.ranks], time.monotonic() + start_timeout_s()
         while not self.store.check(keys):
             for r in self.ranks:
                 exited = self.procs[r].exitcode is not None
                 if exited or (time.monotonic() > deadline and not self.store.check([f"joining/{r}"])):
-                    fate = self._fate(r, f"nothing received for {timeout_s():g} s", grace_s=0.0 if exited else 0.1)
+                    fate = self._fate(r, "not joined", grace_s=0.0 if exited else 0.1)  # close() kills one still there
+                    if self.procs[r].exitcode is None:  # stopped, or stuck while it starts
+                        raise SamplingStopped("failed", f"sampler {r} (pid {self.procs[r].pid}) did not join the learner "
+                                                        f"within {start_timeout_s():g} s (WORKBOOK_SAMPLER_START_TIMEOUT_S)")
                     raise SamplingStopped("failed", f"sampler {r} {fate} before it joined the learner")
             time.sleep(0.05)  # a slice: Ctrl-C's handler runs between them
 
