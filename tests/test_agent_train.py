@@ -93,10 +93,27 @@ def spread_scores(monkeypatch):
 
 # --- every algorithm --------------------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def algo_run(tiny, tmp_path_factory):
+    """``algo_run(algo)``: one 2-iteration run of ``algo`` on the calculator, made once for the tests that read it —
+    (its summary, its folder, every trainer step's keyword arguments, every rollout of the task)."""
+    made = {}
+
+    def get(algo: str):
+        if algo not in made:
+            runs = tmp_path_factory.mktemp(f"agent-{algo}")
+            with pytest.MonkeyPatch.context() as patch:
+                steps, rollouts = spy_on_steps(patch, TRAINER_OF.get(algo, RLVRTrainer))
+                summary = run(tiny, tiny_args(runs, algo))
+            made[algo] = summary, runs / f"agent-{algo}", steps, rollouts
+        return made[algo]
+
+    return get
+
+
 @pytest.mark.parametrize("algo", ALGOS)
-def test_each_algorithm_trains_on_the_calculator_and_logs_the_episodes(tiny, tmp_path, algo):
-    summary = run(tiny, tiny_args(tmp_path, algo))
-    out = tmp_path / f"agent-{algo}"
+def test_each_algorithm_trains_on_the_calculator_and_logs_the_episodes(algo_run, algo):
+    summary, out, _, _ = algo_run(algo)
     for name in ("metrics.jsonl", "samples.jsonl", "curves.png", "summary.json", "policy.pt"):
         assert (out / name).exists(), f"{name} was not written"
     assert summary["task"] == "calculator" and summary["status"] == "finished"
@@ -122,9 +139,8 @@ def test_each_algorithm_trains_on_the_calculator_and_logs_the_episodes(tiny, tmp
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_the_trainer_gets_the_rollouts_model_tokens(tiny, tmp_path, monkeypatch, algo):
-    steps, rollouts = spy_on_steps(monkeypatch, TRAINER_OF.get(algo, RLVRTrainer))
-    run(tiny, tiny_args(tmp_path, algo))
+def test_the_trainer_gets_the_rollouts_model_tokens(algo_run, algo):
+    _, _, steps, rollouts = algo_run(algo)
     assert len(steps) == len(rollouts) == 2
     for kw, batch in zip(steps, rollouts):
         assert kw["responses"] is batch.responses
@@ -158,11 +174,17 @@ def test_without_the_tool_no_episode_calls_it(tiny, tmp_path):
         assert all("model" in t for t in s["turns"]) and len(s["turns"]) <= 1
 
 
-@pytest.mark.parametrize("algo", ["dapo", "grpo", "ppo"])
-def test_the_old_tasks_pass_no_masks(monkeypatch, tmp_path, algo):
+@pytest.fixture(scope="module")
+def tiny_reasoner():
     from workbook.reason import pretrain_reasoner
 
     model, tok, _ = pretrain_reasoner("addition", dataclasses.replace(TINY_AGENT, block_size=80), progress=False)
+    return model, tok
+
+
+@pytest.mark.parametrize("algo", ["dapo", "grpo", "ppo"])
+def test_the_old_tasks_pass_no_masks(tiny_reasoner, monkeypatch, tmp_path, algo):
+    model, tok = copy.deepcopy(tiny_reasoner[0]), tiny_reasoner[1]
     seen = []
     trainer = TRAINER_OF.get(algo, RLVRTrainer)
     step = trainer.step
