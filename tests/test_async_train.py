@@ -448,6 +448,36 @@ def test_a_sampler_that_never_joins_is_one_line_after_the_starts_deadline(tmp_pa
     assert proc.exitcode is not None and not alive(proc.pid), "the sampler that never joined was left behind"
 
 
+def sampler_1_says_it_joins_then_exits(rank: int, world_size: int, port: int, setup: dict) -> None:
+    """What the sampler process runs instead of ``sampler_main``: it tells the learner it is joining, then dies (as one
+    killed in the milliseconds between would)."""
+    processes._store(port).set(f"joining/{rank}", "")
+    os._exit(3)
+
+
+def test_a_sampler_that_dies_between_saying_it_joins_and_joining_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(processes, "sampler_main", sampler_1_says_it_joins_then_exits)
+    monkeypatch.setenv("WORKBOOK_DIST_TIMEOUT_S", "2")  # the group's deadline, which the learner's join waits out
+    monkeypatch.setenv("WORKBOOK_SAMPLER_START_TIMEOUT_S", TIMEOUT_S)  # not the start's: it must say it joins first
+    sampling, original = [], processes.RemoteSampling.__init__
+
+    def keep(self, *args, **kw):
+        sampling.append(self)
+        original(self, *args, **kw)
+
+    monkeypatch.setattr(processes.RemoteSampling, "__init__", keep)
+    assert reasoning.main(TINY + ["--samplers", "1", "--iterations", "3", "--runs-dir", str(tmp_path), "--run-name",
+                                  "half-joined"]) == 2
+    pid = sampling[0].procs[1].pid
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    # The last line is ours (torch's c10d logs its store's timeout above it, from C++, as it happens).
+    assert err.strip().splitlines()[-1] == (
+        f"error: --samplers: sampler 1 (pid {pid}) exited with status 3 before it joined the learner; nothing was "
+        f"trained, so the new run folder {tmp_path / 'half-joined'} was removed"), err
+    assert not (tmp_path / "half-joined").exists()
+
+
 # --- faults: kill, Ctrl-C, stop (the command as a subprocess) ---------------------------------------
 
 def proc_stat(pid: int) -> tuple[str, int, int] | None:

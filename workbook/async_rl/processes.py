@@ -403,7 +403,10 @@ class RemoteSampling:
                 with _ignoring_ctrl_c():
                     self.procs[r].start()
             self._wait_for_samplers()
-            _join(self.store, 0, world)  # each sampler is joining too (a few ms)
+            try:
+                _join(self.store, 0, world)  # each sampler is joining too (a few ms)
+            except Exception as error:  # the group's deadline passed: one said it was joining, then did not
+                self._not_joined(error)
             if blocks:
                 os.sched_setaffinity(0, blocks[0])
         self.outbox, self.inboxes = Outbox(), {r: Inbox(r) for r in self.ranks}
@@ -417,7 +420,8 @@ class RemoteSampling:
     def _wait_for_samplers(self) -> None:
         """Until every sampler is about to join the group; :class:`SamplingStopped` as soon as one has exited, or
         once one has not come within the start's deadline (:func:`start_timeout_s`). (One that dies in the
-        milliseconds between saying so and joining still costs the group's deadline: the join itself is one call.)"""
+        milliseconds between saying so and joining costs the group's deadline, the join itself being one call;
+        :meth:`_not_joined` then names it.)"""
         keys, deadline = [f"joining/{r}" for r in self.ranks], time.monotonic() + start_timeout_s()
         while not self.store.check(keys):
             for r in self.ranks:
@@ -429,6 +433,17 @@ class RemoteSampling:
                                                         f"within {start_timeout_s():g} s (WORKBOOK_SAMPLER_START_TIMEOUT_S)")
                     raise SamplingStopped("failed", f"sampler {r} {fate} before it joined the learner")
             time.sleep(0.05)  # a slice: Ctrl-C's handler runs between them
+
+    def _not_joined(self, error: Exception) -> None:
+        """The group's join failed after every sampler said it was joining: one died in the milliseconds between
+        (killed, out of memory) or hangs. One line naming it, not the store's timeout as a traceback."""
+        gone = [r for r in self.ranks if self.procs[r].exitcode is not None]
+        if gone:
+            r = gone[0]
+            raise SamplingStopped("failed", f"sampler {r} {self._fate(r, '', 0.0)} before it joined the learner") from None
+        self.unanswering.update(self.ranks)  # close() kills them without waiting again
+        raise SamplingStopped("failed", f"the samplers did not join the learner within {timeout_s():g} s "
+                                        f"(WORKBOOK_DIST_TIMEOUT_S; {type(error).__name__})") from None
 
     def _send_weights(self, version: int) -> None:
         """Weights of ``version`` to every sampler, then the orders they allow."""
