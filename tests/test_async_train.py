@@ -49,6 +49,7 @@ def short_deadline(monkeypatch):
     monkeypatch.setenv("WORKBOOK_DIST_TIMEOUT_S", TIMEOUT_S)  # read when a run starts; its samplers inherit it
 
 
+ORIGINAL_SAMPLER_MAIN = processes.sampler_main
 FORK_SERVER_PRELOAD = ["workbook.async_rl.processes", "workbook.loop.verifiable", "solutions.part7_reasoning"]
 
 
@@ -476,6 +477,10 @@ def test_a_sampler_that_dies_between_saying_it_joins_and_joining_is_one_line(tmp
         f"error: --samplers: sampler 1 (pid {pid}) exited with status 3 before it joined the learner; nothing was "
         f"trained, so the new run folder {tmp_path / 'half-joined'} was removed"), err
     assert not (tmp_path / "half-joined").exists()
+    # And nothing of the failed join is left in this process (as a notebook's kernel): the next run starts its sampler.
+    monkeypatch.setattr(processes, "sampler_main", ORIGINAL_SAMPLER_MAIN)
+    monkeypatch.setenv("WORKBOOK_DIST_TIMEOUT_S", TIMEOUT_S)
+    reason(tmp_path, "next", "--samplers", "1", iterations=1)
 
 
 # --- faults: kill, Ctrl-C, stop (the command as a subprocess) ---------------------------------------

@@ -229,8 +229,17 @@ def _store(port: int = 0) -> dist.TCPStore:
 
 
 def _join(store: dist.Store, rank: int, world_size: int) -> None:
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s()))
+    world = getattr(dist.distributed_c10d, "_world", None)  # torch's registry of process groups
+    count = getattr(world, "group_count", None)
+    try:
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s()))
+    except BaseException:
+        # A failed join still counted a group, and the next run of this process (a notebook's, a test's) would
+        # then wait for the keys of another group than its samplers', until the deadline: the count put back.
+        if count is not None:
+            world.group_count = count
+        raise
 
 
 # --- a sampler process -------------------------------------------------------------------------
