@@ -299,6 +299,30 @@ def test_bad_part10_options_are_one_line_and_exit_2_before_anything_is_written(t
     assert not runs.exists() or not any(runs.iterdir())
 
 
+@pytest.mark.parametrize("variable", ["WORKBOOK_DIST_TIMEOUT_S", "WORKBOOK_SAMPLER_START_TIMEOUT_S"])
+@pytest.mark.parametrize("value", ["abc", "-3", "0", "inf", "nan", ""])
+def test_a_bad_deadline_in_the_environment_is_one_line_and_exit_2_before_anything_is_written(tmp_path, capsys,
+                                                                                             monkeypatch, variable, value):
+    monkeypatch.setenv(variable, value)
+    runs = tmp_path / "runs"
+    assert reasoning.main(TINY + ["--samplers", "1", "--runs-dir", str(runs)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {variable}: expected a positive number of seconds, got {value!r}", err
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_a_good_deadline_in_the_environment_is_taken(monkeypatch):
+    from workbook.async_rl.sampler import validate_sampling
+
+    args = reason_args("dapo", impl="solutions", samplers=1)
+    monkeypatch.setenv("WORKBOOK_DIST_TIMEOUT_S", "0.5")
+    monkeypatch.setenv("WORKBOOK_SAMPLER_START_TIMEOUT_S", "90")
+    validate_sampling(args)  # no error
+    assert (processes.timeout_s(), processes.start_timeout_s()) == (0.5, 90.0)
+    monkeypatch.delenv("WORKBOOK_SAMPLER_START_TIMEOUT_S")
+    assert processes.start_timeout_s() == 0.5, "by default the start's deadline is the receive's"
+
+
 # --- faults: a sampler or the learner that raises (in this process) ---------------------------------
 
 class ScoreRaisesOnThirdCall(ReasoningTask):

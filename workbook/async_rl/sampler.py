@@ -173,6 +173,18 @@ def validate_sampling(args) -> None:
                           f"(--nproc_per_node), or run with python and the command starts them")
     require(args.samplers == 0 or args.algo != "dpo", "--samplers", "dpo trains on fixed preference pairs: nothing to sample")
     require(args.lag == 0 or args.algo != "dpo", "--lag", "dpo trains on fixed preference pairs: nothing to sample")
+    # The deadlines this run will read (later, once it has written its folder): checked now.
+    deadlines = ["WORKBOOK_DIST_TIMEOUT_S"] if args.samplers > 0 or "WORLD_SIZE" in os.environ else []  # torchrun's too
+    if args.samplers > 0 and "WORLD_SIZE" not in os.environ:  # the samplers this command starts
+        deadlines.append("WORKBOOK_SAMPLER_START_TIMEOUT_S")
+    for name in deadlines:
+        value = os.environ.get(name)
+        if value is not None:
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = float("nan")
+            require(0 < seconds < float("inf"), name, f"expected a positive number of seconds, got {value!r}")
     for name, off in (("correction", "none"), ("kl_estimator", "k3")):
         require(getattr(args, name) == off or args.algo in CORRECTING, f"--{name.replace('_', '-')}",
                 f"only {', '.join(CORRECTING)} take it (their trainer calls your Part 10); --algo {args.algo} trains on "
