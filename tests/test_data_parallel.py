@@ -145,3 +145,22 @@ def test_merged_running_stats_are_the_stats_of_all_ranks_samples():
         torch.testing.assert_close(rms.mean, expected.mean)
         torch.testing.assert_close(rms.var, expected.var)
         assert rms.count == pytest.approx(expected.count)
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "inf"])
+def test_a_bad_deadline_in_the_environment_is_one_line_before_the_group_is_joined(monkeypatch, capsys, value):
+    """Every rank of a torchrun job reads WORKBOOK_DIST_TIMEOUT_S when it joins: a bad one is the command's one line."""
+    from workbook import distributed
+    from workbook.runs import ConfigError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("WORKBOOK_DIST_TIMEOUT_S", value)
+    with pytest.raises(ConfigError) as raised:
+        distributed.init("solutions")
+    assert (raised.value.field, raised.value.message) == (
+        "WORKBOOK_DIST_TIMEOUT_S", f"expected a positive number of seconds, got {value!r}")
+    assert not torch.distributed.is_initialized()
+    monkeypatch.setenv("WORKBOOK_DIST_TIMEOUT_S", "2.5")
+    assert distributed.seconds_from_env("WORKBOOK_DIST_TIMEOUT_S", 600.0) == 2.5
+    monkeypatch.delenv("WORKBOOK_DIST_TIMEOUT_S")
+    assert distributed.seconds_from_env("WORKBOOK_DIST_TIMEOUT_S", 600.0) == 600.0

@@ -60,6 +60,23 @@ from torch import Tensor, nn
 DEFAULT_TIMEOUT_S = 600.0
 
 
+def seconds_from_env(name: str, default: float) -> float:
+    """A deadline set in the environment (``WORKBOOK_DIST_TIMEOUT_S``, ``WORKBOOK_SAMPLER_START_TIMEOUT_S``), or
+    ``default``: a ConfigError (one line, exit status 2) unless it is a positive number of seconds."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        from workbook.runs import ConfigError
+
+        raise ConfigError(name, f"expected a positive number of seconds, got {value!r}")
+    return seconds
+
+
 def world() -> tuple[int, int]:
     """``(rank, world_size)`` of this process; ``(0, 1)`` when torch.distributed is not initialised."""
     if dist.is_available() and dist.is_initialized():
@@ -179,7 +196,7 @@ def init(impl: str = "solutions", timeout_s: float | None = None) -> Context:
         return _context
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if not dist.is_initialized():
-        timeout = timeout_s if timeout_s is not None else float(os.environ.get("WORKBOOK_DIST_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+        timeout = timeout_s if timeout_s is not None else seconds_from_env("WORKBOOK_DIST_TIMEOUT_S", DEFAULT_TIMEOUT_S)
         if torch.cuda.is_available():
             torch.cuda.set_device(local_rank % torch.cuda.device_count())
         dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo",

@@ -66,13 +66,14 @@ import torch.multiprocessing as mp
 from torch import Tensor, nn
 
 from workbook.async_rl.sampler import Sampled, Sampler, flat_weights, load_part10
+from workbook.distributed import DEFAULT_TIMEOUT_S, seconds_from_env
 
 POLL_S = 0.002
 """How often a waiting receive looks for its message (and lets a signal handler run)."""
 
 
 def timeout_s() -> float:
-    return float(os.environ.get("WORKBOOK_DIST_TIMEOUT_S", 600.0))
+    return seconds_from_env("WORKBOOK_DIST_TIMEOUT_S", DEFAULT_TIMEOUT_S)
 
 
 def start_timeout_s() -> float:
@@ -80,7 +81,7 @@ def start_timeout_s() -> float:
     the receive's deadline. A start is a fresh interpreter importing torch and loading the model — seconds on a
     busy machine, minutes for a large model — so one who shortens the receive's deadline to hear of a hang sooner
     (a test, a debugging session) can keep this one long."""
-    return float(os.environ.get("WORKBOOK_SAMPLER_START_TIMEOUT_S", timeout_s()))
+    return seconds_from_env("WORKBOOK_SAMPLER_START_TIMEOUT_S", timeout_s())
 
 
 class SamplingStopped(Exception):

@@ -161,6 +161,7 @@ def validate_sampling(args) -> None:
     import os
 
     from workbook.cli import require, require_at_least, require_positive
+    from workbook.distributed import seconds_from_env
 
     require_at_least("--samplers", args.samplers, 0)
     require_at_least("--lag", args.lag, 0)
@@ -178,13 +179,7 @@ def validate_sampling(args) -> None:
     if args.samplers > 0 and "WORLD_SIZE" not in os.environ:  # the samplers this command starts
         deadlines.append("WORKBOOK_SAMPLER_START_TIMEOUT_S")
     for name in deadlines:
-        value = os.environ.get(name)
-        if value is not None:
-            try:
-                seconds = float(value)
-            except ValueError:
-                seconds = float("nan")
-            require(0 < seconds < float("inf"), name, f"expected a positive number of seconds, got {value!r}")
+        seconds_from_env(name, 1.0)
     for name, off in (("correction", "none"), ("kl_estimator", "k3")):
         require(getattr(args, name) == off or args.algo in CORRECTING, f"--{name.replace('_', '-')}",
                 f"only {', '.join(CORRECTING)} take it (their trainer calls your Part 10); --algo {args.algo} trains on "
