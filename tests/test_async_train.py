@@ -201,13 +201,14 @@ def test_free_running_finishes_and_is_never_staler_than_the_lag(tmp_path):
 
 
 def remember_samplings(monkeypatch) -> list:
-    """Every RemoteSampling the run makes, kept for the test to look at its processes afterwards."""
+    """Every RemoteSampling the run makes, kept for the test to look at its processes afterwards (kept before it
+    starts, so that one whose start fails is kept too)."""
     started = []
     original = processes.RemoteSampling.__init__
 
     def spy(self, *args, **kw):
-        original(self, *args, **kw)
         started.append(self)
+        original(self, *args, **kw)
 
     monkeypatch.setattr(processes.RemoteSampling, "__init__", spy)
     return started
@@ -453,13 +454,7 @@ def sampler_1_never_joins(rank: int, world_size: int, port: int, setup: dict) ->
 def test_a_sampler_that_never_joins_is_one_line_after_the_starts_deadline(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(processes, "sampler_main", sampler_1_never_joins)
     monkeypatch.setenv("WORKBOOK_SAMPLER_START_TIMEOUT_S", "1.5")  # the receive's deadline stays TIMEOUT_S
-    sampling, original = [], processes.RemoteSampling.__init__
-
-    def keep(self, *args, **kw):  # its __init__ raises: kept before it starts
-        sampling.append(self)
-        original(self, *args, **kw)
-
-    monkeypatch.setattr(processes.RemoteSampling, "__init__", keep)
+    sampling = remember_samplings(monkeypatch)
     t0 = time.monotonic()
     assert reasoning.main(TINY + ["--samplers", "1", "--iterations", "3", "--runs-dir", str(tmp_path), "--run-name",
                                   "unjoined"]) == 2
@@ -484,13 +479,7 @@ def test_a_sampler_that_dies_between_saying_it_joins_and_joining_is_one_line(tmp
     monkeypatch.setattr(processes, "sampler_main", sampler_1_says_it_joins_then_exits)
     monkeypatch.setenv("WORKBOOK_DIST_TIMEOUT_S", "2")  # the group's deadline, which the learner's join waits out
     monkeypatch.setenv("WORKBOOK_SAMPLER_START_TIMEOUT_S", TIMEOUT_S)  # not the start's: it must say it joins first
-    sampling, original = [], processes.RemoteSampling.__init__
-
-    def keep(self, *args, **kw):
-        sampling.append(self)
-        original(self, *args, **kw)
-
-    monkeypatch.setattr(processes.RemoteSampling, "__init__", keep)
+    sampling = remember_samplings(monkeypatch)
     assert reasoning.main(TINY + ["--samplers", "1", "--iterations", "3", "--runs-dir", str(tmp_path), "--run-name",
                                   "half-joined"]) == 2
     pid = sampling[0].procs[1].pid
@@ -559,7 +548,7 @@ class Command:
     def __init__(self, tmp_path: Path, name: str, *extra: str, timeout_s: str = TIMEOUT_S):
         self.run, self.out, self.err = tmp_path / name, tmp_path / f"{name}.out", tmp_path / f"{name}.err"
         # The start has a deadline of its own: a spawned sampler importing torch on a busy machine (make test's two
-        # workers and the meta-run on 2 cores) once took longer than the 5 s receive deadline of the stopped-sampler test.
+        # workers and the meta-run on 2 cores) once took over 5 s, a test's short receive deadline.
         env = dict(os.environ, WORKBOOK_DIST_TIMEOUT_S=timeout_s, WORKBOOK_SAMPLER_START_TIMEOUT_S="90", OMP_NUM_THREADS="1")
         env.pop("WORKBOOK_SAMPLER_START", None)  # spawned, as real runs start them
         with open(self.out, "w") as out, open(self.err, "w") as err:
@@ -664,12 +653,8 @@ def test_a_sampler_killed_while_the_learner_trains_is_named_not_the_learner(tmp_
     """The learner's next send (the new weights) goes to a dead sampler: still the sampler's fault, in one line."""
     from workbook.loop.rlvr import RLVRTrainer
 
-    started, steps = [], []
-    original_init, original_step = processes.RemoteSampling.__init__, RLVRTrainer.step
-
-    def spy(self, *args, **kw):
-        original_init(self, *args, **kw)
-        started.append(self)
+    started, steps = remember_samplings(monkeypatch), []
+    original_step = RLVRTrainer.step
 
     def step_then_kill(self, *args, **kw):
         stats = original_step(self, *args, **kw)
@@ -681,7 +666,6 @@ def test_a_sampler_killed_while_the_learner_trains_is_named_not_the_learner(tmp_
             time.sleep(0.5)  # the connection's end reaches the learner's side
         return stats
 
-    monkeypatch.setattr(processes.RemoteSampling, "__init__", spy)
     monkeypatch.setattr(RLVRTrainer, "step", step_then_kill)
     assert reasoning.main(TINY + ["--samplers", "1", "--iterations", "5", "--runs-dir", str(tmp_path), "--run-name",
                                   "killed"]) == 1

@@ -148,7 +148,7 @@ def test_merged_running_stats_are_the_stats_of_all_ranks_samples():
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-1", "inf"])
-def test_a_bad_deadline_in_the_environment_is_one_line_before_the_group_is_joined(monkeypatch, capsys, value):
+def test_a_bad_deadline_in_the_environment_is_one_line_before_the_group_is_joined(monkeypatch, value):
     """Every rank of a torchrun job reads WORKBOOK_DIST_TIMEOUT_S when it joins: a bad one is the command's one line."""
     from workbook import distributed
     from workbook.runs import ConfigError

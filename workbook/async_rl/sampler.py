@@ -174,11 +174,7 @@ def validate_sampling(args) -> None:
                           f"(--nproc_per_node), or run with python and the command starts them")
     require(args.samplers == 0 or args.algo != "dpo", "--samplers", "dpo trains on fixed preference pairs: nothing to sample")
     require(args.lag == 0 or args.algo != "dpo", "--lag", "dpo trains on fixed preference pairs: nothing to sample")
-    # The deadlines this run will read (later, once it has written its folder): checked now.
-    deadlines = ["WORKBOOK_DIST_TIMEOUT_S"] if args.samplers > 0 or "WORLD_SIZE" in os.environ else []  # torchrun's too
-    if args.samplers > 0 and "WORLD_SIZE" not in os.environ:  # the samplers this command starts
-        deadlines.append("WORKBOOK_SAMPLER_START_TIMEOUT_S")
-    for name in deadlines:
+    for name in ("WORKBOOK_DIST_TIMEOUT_S", "WORKBOOK_SAMPLER_START_TIMEOUT_S"):  # read later, once the folder exists
         seconds_from_env(name, 1.0)
     for name, off in (("correction", "none"), ("kl_estimator", "k3")):
         require(getattr(args, name) == off or args.algo in CORRECTING, f"--{name.replace('_', '-')}",
