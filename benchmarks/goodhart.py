@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     from workbook.goodhart.fits import fit_rows
     from workbook.goodhart.measure import load_part11
 
-    res = {"gold": per_seed[0]["results"]["gold"],
+    res = {"gold": per_seed[0]["results"]["gold"], "rl_algo": args.rl_algo,
            **{k: [row for s in per_seed for row in s["results"][k]] for k in ("proxies", "bon", "rl")}}
     res["fits"] = fit_rows(load_part11(options.impl), res["bon"], res["rl"])
     draw(res, Path(options.runs_dir) / "goodhart.png", args)

@@ -130,6 +130,43 @@ def variant_results(request) -> dict[str, list[dict]]:
 
 
 @pytest.fixture
+def lists_what_it_calls():
+    """``lists_what_it_calls(run, listed)``: run ``run()`` (a tiny run of the reference solutions), tracing which of the
+    solutions' functions it calls, and fail if that is not ``listed`` (per module stem, the names a check for stubs
+    looks at: workbook/loop/calls.py) — called and not listed, a stub there would go unnamed; listed and not called,
+    a stub there would stop a run that does not need it. A class listed stands for every method of its. Returns what
+    ``run`` returned."""
+    import re
+    import sys
+
+    def check(run, listed: dict[str, list[str]]):
+        called: set[tuple[str, str]] = set()
+
+        def profile(frame, event, arg):
+            if event == "call":
+                found = re.search(r"solutions[/\\](part\d+_\w+)\.py$", frame.f_code.co_filename)
+                name = frame.f_code.co_qualname.split(".<locals>")[0]
+                if found and name != "<module>":
+                    called.add((found.group(1), name))
+
+        sys.setprofile(profile)
+        try:
+            out = run()
+        finally:
+            sys.setprofile(None)
+        classes = {(stem, name) for stem, names in listed.items() for name in names
+                   if isinstance(getattr(__import__(f"solutions.{stem}", fromlist=["x"]), name, None), type)}
+        functions = {(stem, name) for stem, names in listed.items() for name in names} - classes
+        exercises = {(stem, name) for stem, name in called if not name[0].isupper() or "." in name}  # not a class body
+        in_list = lambda stem, name: name in listed.get(stem, []) or (stem, name.split(".")[0]) in classes
+        assert not [c for c in exercises if not in_list(*c)], "called, not listed: a stub there would go unnamed"
+        assert not functions - exercises, "listed, not called: a stub there would stop a run that does not need it"
+        return out
+
+    return check
+
+
+@pytest.fixture
 def plant_stub(monkeypatch):
     """``plant_stub(module, "Class.method")``: make that function of an exercises module a stub, as it ships.
 

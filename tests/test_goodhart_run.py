@@ -118,6 +118,10 @@ BAD = [
     (["--label-noise", "-1"], "--label-noise", "≥ 0"),
     (["--seeds", "0", "0"], "--seeds", "repeated"),
     (["--max-new-tokens", "500"], "--max-new-tokens", "in [1, 100]"),
+    (["--rl-algo", "dpo"], "--rl-algo", "invalid choice"),
+    (["--rl-algo", "rloo", "--rl-group-size", "1"], "--rl-group-size", "≥ 2"),
+    (["--rl-algo", "grpo", "--rl-group-size", "5"], "--rl-group-size", "5 does not divide --rl-batch-size = 64"),
+    (["--rl-algo", "grpo", "--rl-group-size", "4", "--rl-batch-size", "6"], "--rl-group-size", "does not divide"),
 ]
 
 
@@ -140,19 +144,77 @@ def test_resume_refuses_other_settings_and_non_runs(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("error: --pool-size: a resumed run keeps its settings")
 
 
-def test_a_stub_of_part11_is_one_line_and_no_folder(tmp_path, capsys, plant_stub, monkeypatch):
-    part11 = pytest.importorskip("exercises.part11_goodhart")
-    import solutions.part3_rlhf as sol3
+def test_the_rl_runs_take_the_rl_algo_and_its_group_size(tmp_path):
+    """--rl-algo rloo|grpo: Part 5's critic-free method, as ``rlhf --algo`` runs it with the same options given (its
+    loss per token), --rl-group-size samples a prompt; ppo: Part 3's, unchanged."""
+    from workbook.goodhart.run import GoodhartArgs, rl_args
 
-    import exercises.part3_rlhf as ex3
+    def args(**kw):
+        return rl_args(GoodhartArgs(**kw), 0, tmp_path, "rl", False)
 
-    for name in ("RewardModel", "preference_loss", "GPTWithValueHead"):  # Part 3 done: the stub reached is Part 11's
-        monkeypatch.setattr(ex3, name, getattr(sol3, name))
-    plant_stub(part11, "best_of_n_kl")
+    ppo, rloo = args(), args(rl_algo="rloo")
+    assert (ppo.algo, rloo.algo, args(rl_algo="grpo").algo) == ("ppo", "rloo", "grpo")
+    assert (rloo.group_size, args(rl_algo="rloo", rl_group_size=2).group_size) == (4, 2)
+    assert rloo.loss_normalisation == "token" and ppo.loss_normalisation == type(ppo)().loss_normalisation
+    for a in (ppo, rloo, args(rl_algo="grpo", rl_learning_rate=1e-4, rl_kl_coef=0.5, rl_ent_coef=0.0, rl_iterations=7)):
+        assert (a.iterations, a.learning_rate, a.kl_coef, a.ent_coef) == (
+            (7, 1e-4, 0.5, 0.0) if a.algo == "grpo" else (80, 2.5e-4, 0.0, 0.03)), "the command's settings, not the algorithm's defaults"
+
+
+def test_a_tiny_run_with_rloo(tmp_path):
     runs = tmp_path / "runs"
-    assert workbook_main(["goodhart", "--impl", "exercises", "--runs-dir", str(runs), "--wandb", "disabled"]) == 2
+    assert workbook_main(tiny(runs, "r", "--rl-algo", "rloo", "--rl-group-size", "2", "--ensemble", "0",
+                              "--proxy-pairs", "4")) == 0
+    saved = json.loads((runs / "r" / "seed0" / "rl" / "pairs4" / "summary.json").read_text())
+    assert (saved["algo"], saved["config"]["group_size"]) == ("rloo", 2)
+    res = json.loads((runs / "r" / "results.json").read_text())
+    assert res["rl_algo"] == "rloo" and len([r for r in res["rl"] if r["proxy_pairs"] == 4]) == 3
+
+
+@pytest.mark.slow
+def test_the_functions_listed_are_those_a_run_calls(tmp_path, lists_what_it_calls):
+    """With PPO (the critic-free methods' lists are ``reason``'s, traced in tests/test_learner_calls.py)."""
+    from workbook.goodhart.run import learner_calls, parse_command
+
+    argv = tiny(tmp_path, "traced", "--proxy-pairs", "4")
+    a, _ = parse_command(argv[1:])
+    assert lists_what_it_calls(lambda: workbook_main(argv), learner_calls(a)) == 0
+
+
+def done(monkeypatch, a, but: str = ""):
+    """The learner's Parts 3, 5 and 11 as the reference's, for every function a goodhart run with ``a`` calls (the
+    solutions' own), except ``but``."""
+    import importlib
+
+    from workbook.goodhart.run import learner_calls
+
+    for stem, names in learner_calls(a).items():
+        ex, sol = importlib.import_module(f"exercises.{stem}"), importlib.import_module(f"solutions.{stem}")
+        for name in names:
+            if name != but:
+                monkeypatch.setattr(ex, name, getattr(sol, name))
+
+
+@pytest.mark.parametrize("algo, part, stub", [("ppo", "part11_goodhart", "best_of_n_kl"),
+                                              ("ppo", "part3_rlhf", "compute_advantages"),
+                                              ("rloo", "part5_beyond_ppo", "rloo_advantages")])
+def test_a_stub_is_one_line_and_no_folder(algo, part, stub, tmp_path, capsys, plant_stub, monkeypatch):
+    """Every stub the run would reach is named before anything is written — PPO's update too, not minutes into the
+    run after the proxies and best-of-n — and only those of the --rl-algo chosen."""
+    import importlib
+
+    from workbook.goodhart.run import GoodhartArgs
+
+    pytest.importorskip("exercises.part11_goodhart")
+    done(monkeypatch, GoodhartArgs(rl_algo=algo, ensemble=2), but=stub)
+    plant_stub(importlib.import_module(f"exercises.{part}"), stub)
+    runs = tmp_path / "runs"
+    argv = ["goodhart", "--impl", "exercises", "--runs-dir", str(runs), *TINY, "--rl-algo", algo, "--rl-group-size", "2"]
+    assert workbook_main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --impl: exercises: best_of_n_kl in exercises/part11_goodhart.py (Part 11) is still a stub")
+    assert ONE_LINE_ERROR.fullmatch(err), err
+    assert err.startswith(f"error: --impl: exercises: {stub} in exercises/{part}.py (Part {part[4:].split('_')[0]}) "
+                          "is still a stub"), err
     assert not runs.exists()
 
 

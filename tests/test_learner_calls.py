@@ -7,9 +7,6 @@ the exercises modules, as in tests/test_reason_train.py), and one function is ma
 
 from __future__ import annotations
 
-import re
-import sys
-import types
 
 import pytest
 
@@ -151,27 +148,13 @@ def test_a_stub_is_known_by_its_code():
 
 # --- the lists are what the reference calls: a run of each setting, traced -----------------------
 
-def traced_run(tmp_path, capsys, **options) -> tuple[set[tuple[str, str]], list[str]]:
-    """The reference solutions' functions a tiny ``reason`` run calls (module stem, qualified name), and its first lines."""
-    called: set[tuple[str, str]] = set()
-
-    def profile(frame, event, arg):
-        if event == "call":
-            found = re.search(r"solutions[/\\](part\d+_\w+)\.py$", frame.f_code.co_filename)
-            name = frame.f_code.co_qualname.split(".<locals>")[0]
-            if found and name != "<module>":
-                called.add((found.group(1), name))
-
+def tiny_run(tmp_path, **options):
+    """The arguments of a tiny ``reason`` run of the reference solutions, and the run."""
     base = {"impl": "solutions", "iterations": 2, "batch_size": 8, "mini_batch_size": 4, "group_size": 4,
             "eval_samples": 2, "eval_k": 2, "wandb": "disabled", "runs_dir": str(tmp_path), "run_name": "traced",
             "progress": False}
     args = reasoning.reason_args(options.pop("algo"), **(base | options))
-    sys.setprofile(profile)
-    try:
-        reasoning.train_reason(args, progress=False)
-    finally:
-        sys.setprofile(None)
-    return called, capsys.readouterr().out.splitlines()
+    return args, lambda: reasoning.train_reason(args, progress=False)
 
 
 TRACED = [dict(algo="dapo", task="calculator", lag=1, correction="sequence_mask", off_policy_delta=0.5, kl_coef=0.01,
@@ -182,18 +165,10 @@ TRACED = [dict(algo="dapo", task="calculator", lag=1, correction="sequence_mask"
 
 @pytest.mark.slow
 @pytest.mark.parametrize("options", TRACED, ids=[f"{o['algo']}-{o.get('task', 'addition')}" for o in TRACED])
-def test_the_functions_listed_are_those_a_run_calls(options, tmp_path, capsys):
-    options = dict(options)
-    args = reasoning.reason_args(options["algo"], **{k: v for k, v in options.items() if k != "algo"})
-    listed = learner_calls(args, args.task)
-    called, lines = traced_run(tmp_path, capsys, **options)
-    classes = {(stem, name) for stem, names in listed.items() for name in names if isinstance(getattr(
-        __import__(f"solutions.{stem}", fromlist=["x"]), name, None), type)}
-    exercises = {(stem, name) for stem, name in called if not name[0].isupper() or "." in name}  # not a class body
-    in_list = lambda stem, name: name in listed.get(stem, []) or (stem, name.split(".")[0]) in classes
-    assert not [c for c in exercises if not in_list(*c)], "called, not listed: a stub there would go unnamed"
-    functions = {(stem, name) for stem, names in listed.items() for name in names} - classes
-    assert not functions - exercises, "listed, not called: a stub there would stop a run that does not need it"
+def test_the_functions_listed_are_those_a_run_calls(options, tmp_path, capsys, lists_what_it_calls):
+    args, run = tiny_run(tmp_path, **options)
+    lists_what_it_calls(run, learner_calls(args, args.task))
+    lines = capsys.readouterr().out.splitlines()
     if args.lag:
         assert lines[0].startswith("Part 10: stale batches corrected by importance_weights"), lines[:2]
 

@@ -17,6 +17,9 @@ from workbook.goodhart.fits import curves, mean_curve
 COLOURS = {"bon": "tab:blue", "rl": "tab:orange", "ensemble": "tab:green"}
 
 
+ALGO_NAMES = {"ppo": "PPO", "rloo": "RLOO", "grpo": "GRPO"}
+
+
 def draw(res: dict, path: Path, args) -> None:
     import matplotlib
 
@@ -39,7 +42,8 @@ def draw(res: dict, path: Path, args) -> None:
             if pairs != size:
                 continue
             colour = COLOURS["ensemble" if ensemble else method]
-            label = "best-of-n" if method == "bon" else (f"RL, {ensemble} ensemble" if ensemble else "RL")
+            rl = f"RL ({ALGO_NAMES[getattr(args, 'rl_algo', 'ppo')]})"
+            label = "best-of-n" if method == "bon" else (f"{rl}, {ensemble} ensemble" if ensemble else rl)
             x, r, rlo, rhi, p, plo, phi = mean_curve(by_seed)
             top.plot(x, r, color=colour, label=label, marker="." if method == "bon" else None)
             top.fill_between(x, rlo, rhi, color=colour, alpha=0.2, linewidth=0)

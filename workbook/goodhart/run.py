@@ -9,7 +9,8 @@ Per seed (``workbook/goodhart/measure.py`` says what each stage is): base sample
 (``--gold``: VADER, where words no reader knows count as the worst review) → proxies (Part 3's RewardModel
 and preference_loss) trained on gold-labelled pairs at each ``--proxy-pairs`` size, and ``--ensemble`` − 1
 more of the smallest size → best-of-n against each proxy from a pool of ``--pool-size`` samples per prompt →
-PPO against each proxy (and the ensemble), logging the gold of every batch. Then Gao et al.'s forms are fitted
+RL against each proxy (and the ensemble; ``--rl-algo``: Part 3's PPO, or Part 5's RLOO or GRPO), logging the gold
+of every batch. Then Gao et al.'s forms are fitted
 (Part 11's ``fit_gao``) and the figure drawn.
 
 Writes, under ``<runs-dir>/<run name>/``: ``config.json``; ``seed<S>/`` (``bank.json``, ``proxies.pt``,
@@ -35,9 +36,11 @@ import torch
 
 from workbook.checkpoints import CHECKPOINT, INTERRUPTED, load_run, save, write_json
 from workbook.cli import (add_dataclass_arguments, add_seeds_option, dataclass_from_args, make_parser, require,
-                          require_at_least, require_choices, require_in, require_positive, require_unique_seeds)
+                          require_at_least, require_choices, require_divides, require_in, require_positive,
+                          require_unique_seeds)
 from workbook.goodhart import GOLDS
-from workbook.runs import ConfigError, check_can_create, check_new_run_dir, command, new_run_dir, start_wandb, stub_error
+from workbook.runs import (ConfigError, check_can_create, check_new_run_dir, check_no_stubs, command, new_run_dir, start_wandb,
+                           stub_error)
 
 COMMAND = "goodhart"
 
@@ -78,16 +81,20 @@ class GoodhartArgs:
     """How the ensemble combines its standardised members: wco (min), uwo (mean − λ·variance) or mean."""
     uwo_lambda: float = 0.5
     """λ of uwo."""
+    rl_algo: Literal["ppo", "rloo", "grpo"] = "ppo"
+    """The RL optimiser: ppo (Part 3's, the design) or Part 5's critic-free rloo or grpo (no value function: each prompt is sampled --rl-group-size times and its samples are one another's baseline)."""
+    rl_group_size: int = 4
+    """rloo and grpo: samples per prompt (at least 2; divides --rl-batch-size)."""
     rl_iterations: int = 80
-    """PPO iterations of each RL run."""
+    """Iterations of each RL run."""
     rl_batch_size: int = 64
-    """Samples per PPO iteration."""
+    """Samples per RL iteration."""
     rl_learning_rate: float = 2.5e-4
-    """PPO's Adam learning rate (Part 3's)."""
+    """The RL optimiser's Adam learning rate (Part 3's PPO's)."""
     rl_kl_coef: float = 0.0
-    """PPO's KL penalty β (0: none, as Gao et al.'s frontier does not depend on it)."""
+    """The KL penalty β (0: none, as Gao et al.'s frontier does not depend on it; PPO's and RLOO's in the reward, GRPO's in the loss)."""
     rl_ent_coef: float = 0.03
-    """PPO's entropy bonus (Part 3's)."""
+    """The entropy bonus (Part 3's PPO's)."""
     eval_samples: int = 32
     """Held-out prompts of each RL run's before/after evaluation."""
     threads: int = 1
@@ -148,22 +155,44 @@ def validate(a: GoodhartArgs, seeds: list[int]) -> None:
         require_positive(f"--{name.replace('_', '-')}", getattr(a, name))
     for name in ("rl_kl_coef", "rl_ent_coef"):
         require_at_least(f"--{name.replace('_', '-')}", getattr(a, name), 0)
+    if a.rl_algo != "ppo":  # whole groups of two or more: a sample's baseline is the others of its prompt
+        require_at_least("--rl-group-size", a.rl_group_size, 2)
+        require_divides("--rl-group-size", a.rl_group_size, "--rl-batch-size", a.rl_batch_size)
     most = a.bank_samples * (a.bank_samples - 1) // 4  # distinct pairs, with room for gold ties
     need = sizes[-1] + (max(a.ensemble, 1) - 1) * sizes[0]
     require(need <= most, "--proxy-pairs", f"{need} pairs in all need more than --bank-samples {a.bank_samples} samples")
     from workbook.loop.rlhf import validate as validate_rl
 
-    validate_rl(rl_args(a, seeds[0], Path(a.runs_dir), "rl", False))  # PPO's own checks, before anything is written
+    validate_rl(rl_args(a, seeds[0], Path(a.runs_dir), "rl", False))  # the loop's own checks, before anything is written
 
 
 def rl_args(a: GoodhartArgs, seed: int, runs: Path, name: str, progress: bool):
-    """The ``rlhf`` loop's options of one RL run (PPO on the review task; its reward is set by the task given to it)."""
+    """The ``rlhf`` loop's options of one RL run (--rl-algo on the review task; its reward is set by the task given to
+    it), as ``python -m workbook rlhf --algo ALGO`` with these options given would take them."""
+    from workbook.loop.algorithms import apply_algo_defaults
     from workbook.loop.rlhf import Args
 
-    return Args(impl=a.impl, seed=seed, iterations=a.rl_iterations, batch_size=a.rl_batch_size,
-                mini_batch_size=math.gcd(a.rl_batch_size, 16), learning_rate=a.rl_learning_rate, kl_coef=a.rl_kl_coef,
-                ent_coef=a.rl_ent_coef, max_new_tokens=a.max_new_tokens, eval_samples=a.eval_samples, wandb="disabled",
-                runs_dir=str(runs), run_name=name, threads=a.threads, quiet=True, progress=progress, sample_every=10)
+    given = {"iterations", "batch_size", "mini_batch_size", "learning_rate", "kl_coef", "ent_coef", "group_size"}
+    return apply_algo_defaults(Args(
+        impl=a.impl, seed=seed, algo=a.rl_algo, group_size=a.rl_group_size, iterations=a.rl_iterations,
+        batch_size=a.rl_batch_size, mini_batch_size=math.gcd(a.rl_batch_size, 16), learning_rate=a.rl_learning_rate,
+        kl_coef=a.rl_kl_coef, ent_coef=a.rl_ent_coef, max_new_tokens=a.max_new_tokens, eval_samples=a.eval_samples,
+        wandb="disabled", runs_dir=str(runs), run_name=name, threads=a.threads, quiet=True, progress=progress,
+        sample_every=10), given)
+
+
+def learner_calls(a: GoodhartArgs) -> dict[str, list[str]]:
+    """Per module of the parts, the learner's functions a measurement with ``a`` calls (for
+    :func:`workbook.runs.check_no_stubs`: every stub named before anything is written, not minutes into the run)."""
+    from workbook.loop.calls import update_calls
+
+    rl = rl_args(a, 0, Path(a.runs_dir), "rl", False)
+    calls = {"part3_rlhf": ["RewardModel", "preference_loss"],
+             "part11_goodhart": ["best_of_n_kl", "best_of_n_kl_discrete", "best_of_n_gold", "fit_gao", "gao_peak"]
+                                + (["standardise_proxies", "ensemble_reward"] if a.ensemble >= 2 else [])}
+    for stem, names in update_calls(rl.algo, rl.adaptive_kl and rl.kl_coef > 0).items():
+        calls.setdefault(stem, []).extend(n for n in names if n not in calls.get(stem, []))
+    return calls
 
 
 def check_impl(a: GoodhartArgs, part3, part11, lm, tok) -> None:
@@ -182,7 +211,8 @@ def check_impl(a: GoodhartArgs, part3, part11, lm, tok) -> None:
     with torch.no_grad():
         r = part3.RewardModel(lm)(*encode_texts(["a good film", "bad"], tok))
     part3.preference_loss(r[:1], r[1:])
-    part3.GPTWithValueHead(lm)
+    if a.rl_algo == "ppo":
+        part3.GPTWithValueHead(lm)
 
 
 def run_name(a: GoodhartArgs, seeds: list[int]) -> str:
@@ -309,7 +339,7 @@ class Stages:
         return out
 
     def rl(self, proxies: dict, bank: dict, name: str, progress: bool) -> tuple[list[dict], str]:
-        """One PPO run against proxy ``name`` (or the ensemble): its metrics (every iteration) and status."""
+        """One RL run (--rl-algo) against proxy ``name`` (or the ensemble): its metrics (every iteration) and status."""
         from workbook.loop import run as loop
 
         a, m = self.a, self.m
@@ -438,7 +468,8 @@ def results(a: GoodhartArgs, seeds: list[dict]) -> dict:
             pairs = a.sizes()[0] if ensemble else int(name.removeprefix("pairs"))
             rl += rl_rows(rows, s["base_gold"], proxy_pairs=pairs, seed=s["seed"], ensemble=ensemble)
     part11 = __import__("workbook.goodhart.measure", fromlist=["load_part11"]).load_part11(a.impl)
-    return {"gold": a.gold, "proxies": proxies, "bon": bon, "rl": rl, "fits": fit_rows(part11, bon, rl)}
+    return {"gold": a.gold, "rl_algo": a.rl_algo, "proxies": proxies, "bon": bon, "rl": rl,
+            "fits": fit_rows(part11, bon, rl)}
 
 
 def print_table(res: dict) -> None:
@@ -481,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         part3, part11 = load_part3(a.impl), load_part11(a.impl)
     except ImportError as error:
         raise ConfigError("--impl", f"cannot import {a.impl}'s Parts 3 and 11 ({error})") from None
+    check_no_stubs(a.impl, learner_calls(a))
     lm, tok = load_or_pretrain(progress=a.progress)
     try:
         check_impl(a, part3, part11, lm, tok)

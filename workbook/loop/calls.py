@@ -46,18 +46,9 @@ def learner_calls(args, task: str) -> dict[str, list[str]]:
             add("part9_agents", "tool_reply", "parse_tool_call", "calculate")
         add("part3_rlhf", "batched_forward_pass", "logprobs_from_logits")  # a sampler's log-probs of its own rollout
 
-    if algo == "ppo":
-        add("part3_rlhf", *PPO, "AdaptiveKLController" if getattr(args, "adaptive_kl", False) else "FixedKLController")
-    else:
-        add("part3_rlhf", "create_reference_model")
-        add("part5_beyond_ppo", "LanguageModelPolicy", "repeat_for_groups")
-    if algo in ("grpo", "dr_grpo", "rloo"):
-        add("part3_rlhf", *FORWARD, "kl_penalty")
-        add("part5_beyond_ppo", "GroupTrainer", "grpo_loss", "rloo_advantages" if algo == "rloo" else "grpo_advantages")
-    elif algo == "dpo":
-        add("part3_rlhf", *FORWARD)
-        add("part5_beyond_ppo", "DPOTrainer", "dpo_loss")
-    elif algo in CORRECTING:
+    for stem, names in update_calls(algo, getattr(args, "adaptive_kl", False)).items():
+        add(stem, *names)
+    if algo in CORRECTING:
         add("part3_rlhf", *FORWARD)
         add("part5_beyond_ppo", "grpo_advantages")
         add("part7_reasoning", "completion_mask", {"dapo": "clip_higher_loss", "gspo": "gspo_loss", "cispo": "cispo_loss"}[algo])
@@ -76,6 +67,22 @@ def learner_calls(args, task: str) -> dict[str, list[str]]:
             add("part10_async", "kl_loss_term")
     if args.samplers > 0 or args.lag > 0:  # who samples which batch
         add("part10_async", "may_sample" if args.free_running else "sampling_version")
+    return calls
+
+
+def update_calls(algo: str, adaptive_kl: bool = False) -> dict[str, list[str]]:
+    """Per module of the parts, what the loop's policy, reference and update call for ``algo``: Part 3's PPO (with
+    its adaptive KL controller when ``adaptive_kl``), Part 5's grpo, dr_grpo, rloo or dpo, or (a Part 7 algorithm)
+    Part 5's policy and groups only — the rest of a Part 7 update is :func:`learner_calls`'."""
+    if algo == "ppo":
+        return {"part3_rlhf": [*PPO, "AdaptiveKLController" if adaptive_kl else "FixedKLController"]}
+    calls = {"part3_rlhf": ["create_reference_model"], "part5_beyond_ppo": ["LanguageModelPolicy", "repeat_for_groups"]}
+    if algo in ("grpo", "dr_grpo", "rloo"):
+        calls["part3_rlhf"] += [*FORWARD, "kl_penalty"]
+        calls["part5_beyond_ppo"] += ["GroupTrainer", "grpo_loss", "rloo_advantages" if algo == "rloo" else "grpo_advantages"]
+    elif algo == "dpo":
+        calls["part3_rlhf"] += FORWARD
+        calls["part5_beyond_ppo"] += ["DPOTrainer", "dpo_loss"]
     return calls
 
 
