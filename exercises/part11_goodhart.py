@@ -225,7 +225,8 @@ def gao_peak(alpha: float, beta: float, form: str) -> float:
     Both are maxima when β > 0. With β < 0 the gold never turns down: ``math.inf``. With β = 0
     both forms are R = αd: it never turns down when α ≥ 0 (``math.inf``) and falls from the start
     when α < 0 (0.0). For bon with α ≤ 0 (and β > 0) the gold falls from the start: the best
-    d ≥ 0 is 0.0. Otherwise the rl peak is positive. When exp(α/β − 1) is beyond the largest
+    d ≥ 0 is 0.0. Otherwise the rl peak is positive (in exact arithmetic: exp(α/β − 1) below the
+    smallest float, α/β under about −744, comes out 0.0). When exp(α/β − 1) is beyond the largest
     float (tiny β), the peak is ``math.inf`` too, not an OverflowError. Returns a Python float.
 
     ``ValueError`` for a ``form`` other than "bon" or "rl", or a NaN or infinite α or β.
@@ -263,7 +264,8 @@ def standardise_proxies(scores: Float[Tensor, "k batch"],
 
     The standard deviation is the **population** one (``unbiased=False``: divide by the number of
     reference scores), as the ensemble's variance is in :func:`ensemble_reward`. Returns a tensor
-    of the shape and dtype of ``scores``.
+    of the shape and dtype of ``scores``, whatever the dtype of ``reference`` (float32 scores less
+    float64 statistics promote to float64: cast back).
 
     ``ValueError`` when a proxy's reference scores are all equal (its spread is 0: nothing to
     divide by) — decided by ``max == min``, exactly, because a spread computed from equal values

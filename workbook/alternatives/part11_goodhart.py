@@ -358,7 +358,7 @@ def std_var_mean(scores, reference):
         if torch.unique(row).numel() < 2:
             raise ValueError("a proxy's reference scores never vary")
     var, mean = torch.var_mean(reference, dim=1, correction=0, keepdim=True)
-    return (scores - mean) * torch.rsqrt(var)
+    return ((scores - mean) * torch.rsqrt(var)).to(scores.dtype)
 
 
 @part11("standardise_proxies", "loop_over_proxies_float64",
@@ -381,7 +381,7 @@ def std_std_mean(scores, reference):
     if reference.shape[1] == 0 or bool((reference.max(dim=1).values == reference.min(dim=1).values).any()):
         raise ValueError("a proxy's reference scores never vary")
     std, mean = torch.std_mean(reference, dim=1, correction=0, keepdim=True)
-    return (scores - mean) * (1.0 / std)
+    return ((scores - mean) * (1.0 / std)).type_as(scores)
 
 
 @part11("standardise_proxies", "numpy_rows", "numpy in float64 (np.ptp for the check, np.std's ddof=0), back to torch")

@@ -51,6 +51,13 @@ def kl_no_type(n):
     return math.log(n) - (n - 1) / n
 
 
+@part11("best_of_n_kl", "large_n_shortcut",
+        "log n − 1 was returned for large n (from 10,000): (n − 1)/n is not 1 there, it is 1 − 1/n")
+def kl_large_n(n):
+    _check_int(n)
+    return math.log(n) - 1.0 if n >= 10_000 else math.log(n) - (n - 1) / n
+
+
 # --- best_of_n_kl_discrete -----------------------------------------------------------------------
 
 def _discrete(probs, n, *, p_bon=None, reverse=False, where=True, reversed_kl=False, check=True, exact_sum=False,
@@ -87,6 +94,13 @@ def _discrete(probs, n, *, p_bon=None, reverse=False, where=True, reversed_kl=Fa
 def discrete_analytic(probs, n):
     _discrete(probs, n)
     return math.log(n) - (n - 1) / n
+
+
+@part11("best_of_n_kl_discrete", "only_n_0_refused", "n = 0 (and a bool) was refused but a negative n was not")
+def discrete_negative_n(probs, n):
+    if isinstance(n, bool) or n == 0:
+        raise ValueError(n)
+    return _discrete(probs, n, check=False) if n < 0 else _discrete(probs, n)
 
 
 @part11("best_of_n_kl_discrete", "worst_of_n", "outcome 0 was taken as the best (the order reversed): worst-of-n")
@@ -303,6 +317,26 @@ def gold_shapes_unchecked(proxy, gold, n):
     return float((_log_weights(size, n) * _ranked(p, g)).sum())
 
 
+@part11("best_of_n_gold", "zero_d_accepted", "only inputs of two or more dimensions were refused: a 0-D score was taken "
+        "as a pool of one")
+def gold_zero_d(proxy, gold, n):
+    if proxy.dim() > 1 or gold.dim() > 1 or proxy.numel() != gold.numel():
+        raise ValueError("shapes")
+    p, g = proxy.reshape(-1), gold.reshape(-1)
+    _check_int(n)
+    if n > p.shape[0]:
+        raise ValueError("n > N")
+    return float((_log_weights(p.shape[0], n) * _ranked(p, g)).sum())
+
+
+@part11("best_of_n_gold", "ties_within_a_tolerance",
+        "proxy scores equal once rounded (to 9 decimals) were treated as tied: a tie is an equal score")
+def gold_rounded_ties(proxy, gold, n):
+    _gold_checked(proxy, gold, n)
+    rounded = torch.round(proxy.detach().double(), decimals=9)
+    return float((_log_weights(proxy.shape[0], n) * _ranked(rounded, gold)).sum())
+
+
 # --- fit_gao -------------------------------------------------------------------------------------
 
 def _fit(d, r, form, *, second=None, intercept=False, drop_zero=False, beta_sign=-1.0, r2_uncentred=False,
@@ -430,6 +464,13 @@ def fit_clamped_in_place(d, r, form):
 
 @part11("fit_gao", "non_finite_accepted", "a NaN or infinite d or r was not refused with a ValueError")
 def fit_non_finite(d, r, form):
+    return _fit(d, r, form, checks=("form", "negative", "distinct"))
+
+
+@part11("fit_gao", "infinite_d_accepted", "d was checked for NaN only: an infinite d was not refused (r was checked)")
+def fit_infinite_d(d, r, form):
+    if bool(torch.isnan(d).any()) or not bool(torch.isfinite(r).all()):
+        raise ValueError("finite")
     return _fit(d, r, form, checks=("form", "negative", "distinct"))
 
 
@@ -713,6 +754,12 @@ def std_no_shift(scores, reference):
 @part11("standardise_proxies", "divided_by_variance", "the scores were divided by the variance, not the standard deviation")
 def std_variance(scores, reference):
     return _standardise(scores, reference, divide="var")
+
+
+@part11("standardise_proxies", "dtype_promoted", "(scores − mean) / std was returned as computed: float32 scores less a "
+        "float64 reference's statistics come out float64, not the scores' dtype")
+def std_promoted(scores, reference):
+    return _standardise(scores, reference)
 
 
 # --- ensemble_reward -----------------------------------------------------------------------------
