@@ -256,7 +256,8 @@ def agent_loss_mask(
                      0.0  otherwise
 
     ``truncated[b]``: episode b does not end with ``eos_id`` (cut off by the token or the turn
-    budget). Use your ``completion_mask`` for the lengths and the truncation; then keep the
+    budget) — its last id decides, whoever wrote it, and an EOS earlier in the episode ends
+    nothing. Use your ``completion_mask`` for the lengths and the truncation; then keep the
     model's tokens only.
 
     Why: a token the tool wrote is not an action. Training on it asks the model to *have

@@ -195,14 +195,41 @@ def test_importance_weights_ignore_nan_and_inf_in_the_padding(impl, ref, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_importance_weights_of_long_rows_do_not_overflow(impl, ref, mode):
     # 200 tokens at ℓ = +5: a sequence ratio of e¹⁰⁰⁰ (inf in float) must give C or 0; at ℓ = −5, e⁻¹⁰⁰⁰ = 0.
-    width = 200
-    sampler = torch.full((3, width), -5.25)
-    learner = torch.stack([torch.full((width,), -0.25), torch.full((width,), -10.25), torch.full((width,), -0.25)])
-    mask = torch.ones(3, width, dtype=torch.bool)
+    # Row 3: 200 tokens at ℓ = +5, then 200 at ℓ = −5 — r_b = e⁰ = 1 exactly (the ℓ are exact in float32), but a
+    # running product of the token ratios overflows to inf after 18 tokens and never comes back.
+    width = 400
+    sampler = torch.full((4, width), -5.25)
+    learner = torch.stack([torch.full((width,), -0.25), torch.full((width,), -10.25), torch.full((width,), -0.25),
+                           torch.cat([torch.full((200,), -0.25), torch.full((200,), -10.25)])])
+    mask = torch.ones(4, width, dtype=torch.bool)
+    mask[:3, 200:] = False
     mask[2, 100:] = False
     learner[2, 100:], sampler[2, 100:] = NAN, -INF
     for cap in (3.0, 1.2):
-        check_iw(impl, ref, learner, sampler, mask, mode, cap, what=" (rows of ±5 per token: the sequence ratio overflows)")
+        weights, _ = check_iw(impl, ref, learner, sampler, mask, mode, cap,
+                              what=" (rows of ±5 per token: the sequence ratio overflows; row 3: +5 then −5, r_b = 1)")
+        if mode.startswith("sequence") and not bool((weights[3] == 1.0).all()):
+            raise WrongAnswer(explain(describe_call("importance_weights", learner, sampler, mask, mode, cap),
+                                      f"row 3 is 200 tokens at ℓ = +5 then 200 at ℓ = −5: r_b = exp(Σ ℓ) = 1, so every weight "
+                                      f"is 1; got {sorted(set(weights[3].tolist()))} — a product of the token ratios "
+                                      "overflows on the way (sum the log-ratios, then exp)",
+                                      [mistake("importance_weights", "sequence_ratio_as_a_running_product")]))
+
+
+@pytest.mark.exercise("importance_weights")
+@pytest.mark.parametrize("cap", [1.5, 3.0])
+@pytest.mark.parametrize("mode", MODES)
+def test_importance_weights_of_extreme_token_log_ratios_stay_finite(impl, ref, mode, cap):
+    # One token ratio overflows float32 (ℓ = +100, +99.9: e^ℓ = inf), and some log-probs are below −104, where
+    # exp(log-prob) is 0 in float32 (exp(learner) / exp(sampler) = 0/0 = NaN; ℓ is a difference of log-probs).
+    # Every weight must be C (truncate) or 0 (mask) there — never inf · 0 = NaN — or e^ℓ where ℓ is moderate.
+    learner = torch.tensor([[-10.0, -0.5, -1.0, NAN], [-120.0, -130.0, -0.3, -0.1], [-20.0, -105.0, -0.75, -2.0],
+                            [-0.5, -1.25, -0.25, -3.0]])
+    sampler = torch.tensor([[-110.0, -0.75, -1.25, -INF], [-121.0, -129.5, -0.3, -100.0], [-120.0, -104.0, -1.0, -1.5],
+                            [-0.75, -1.0, -0.5, -2.5]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]], dtype=torch.bool)
+    check_iw(impl, ref, learner, sampler, mask, mode, cap,
+             what=" (ℓ = +100 and +99.9: e^ℓ is inf in float32; log-probs down to −130, whose exp is 0)")
 
 
 @pytest.mark.exercise("importance_weights")
@@ -471,6 +498,22 @@ def test_kl_loss_term_values(impl, ref, estimator, shape, dtype):
     call = describe_call("kl_loss_term", lp, rl, sl, estimator)
     check_exercise(impl, ref, "kl_loss_term", runner(lp, rl, sl, estimator), call=call, atol=1e-6)
     check_untouched(impl, "kl_loss_term", call, lp, rl, sl, estimator)
+
+
+@pytest.mark.exercise("kl_loss_term")
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_kl_loss_term_values_far_from_the_reference_and_the_sampler(impl, ref, estimator):
+    # The docstring's formulas hold for every log-ratio, with no clamp: r = ref − logprobs from −25 to +25 (k3 up to
+    # e²⁵ ≈ 7·10¹⁰) and logprobs − sampler up to 6 (a ratio of e⁶ ≈ 403), float64, every log-prob ≤ 0; the oracle is
+    # the formulas in Python floats. A clamp on k3, on r or on the ratio (a "safety" the docstring does not have) shows.
+    lp = torch.tensor([[-0.5, -16.0, -7.0, -6.0, -30.0], [-6.0, -20.0, -7.0, -0.25, -1.0]], dtype=torch.float64)
+    rl = lp + torch.tensor([[-15.0, 3.0, 5.0, -0.5, 25.0], [5.0, -15.0, 3.0, 0.0, -25.0]], dtype=torch.float64)
+    sl = lp - torch.tensor([[6.0, 6.0, 6.0, 0.5, 6.0], [0.0, -3.0, 6.0, 6.0, 6.0]], dtype=torch.float64)
+    oracle = torch.tensor([kl_oracle(a, b, c, estimator) for a, b, c in zip(lp.flatten().tolist(), rl.flatten().tolist(),
+                                                                            sl.flatten().tolist())], dtype=torch.float64)
+    torch.testing.assert_close(ref.kl_loss_term(lp, rl, sl, estimator).flatten(), oracle, rtol=1e-12, atol=1e-12)
+    call = describe_call("kl_loss_term", lp, rl, sl, estimator) + " (r = ref − logprobs up to ±25, logprobs − sampler up to 6)"
+    check_exercise(impl, ref, "kl_loss_term", runner(lp, rl, sl, estimator), call=call, rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.exercise("kl_loss_term")

@@ -301,6 +301,7 @@ def test_calculate_error_does_not_echo_the_expression(impl, expression):
 # (the parser, a bound) would pass it. 7352 and 73529184637 are numbers no reason would hold by chance.
 ECHO_PAST_THE_CHARACTER_FILTER = {
     "too long (the calculator's characters only)": "1+" * 15 + "7352+1",
+    "too long, a number first": "7352+" + "1+" * 14 + "1",
     "an operator where a number belongs": "7352+*1",
     "an unclosed parenthesis": "(7352+1",
     "a parenthesis closed twice": "7352+1)",
@@ -313,14 +314,19 @@ ECHO_PAST_THE_CHARACTER_FILTER = {
 }
 ECHO_PIECE = 6
 """The shortest piece of the expression that counts as an echo: a reason may quote an operator or a bracket."""
+ECHO_DIGITS = 3
+"""The shortest run of the expression's digits that counts as an echo: a number the expression holds, or part of one
+(the docstring: "nor a piece of it such as a number it holds"); a reason may still name a limit such as 9 or 32."""
 
 
 def echoed_piece(expression: str, reason: str) -> str | None:
-    """The longest piece (of ECHO_PIECE characters or more) of ``expression`` found in ``reason``, or None."""
-    for n in range(len(expression), ECHO_PIECE - 1, -1):
+    """The longest piece of ``expression`` found in ``reason`` — of ECHO_PIECE characters or more, or a run of
+    ECHO_DIGITS digits or more — or None."""
+    for n in range(len(expression), ECHO_DIGITS - 1, -1):
         for i in range(len(expression) - n + 1):
-            if expression[i:i + n] in reason:
-                return expression[i:i + n]
+            piece = expression[i:i + n]
+            if (n >= ECHO_PIECE or all(ch in "0123456789" for ch in piece)) and piece in reason:
+                return piece
     return None
 
 
@@ -335,8 +341,9 @@ def test_calculate_error_does_not_echo_the_expression_whichever_check_finds_the_
     piece = echoed_piece(expression, got[len("error: "):]) if is_error(got) else None
     if not is_error(got) or piece is not None:
         why = (f"expected an error ({name})" if not is_error(got) else
-               f"the reason echoes {piece!r} of the expression ({name}): an error is in the tool's own words, "
-               "from every check, not only the character filter")
+               f"the reason echoes {piece!r} of the expression ({name})"
+               + (", digits of a number it holds" if piece.isascii() and piece.isdigit() else "")
+               + ": an error is in the tool's own words, from every check, not only the character filter")
         raise WrongAnswer(explain(f"calculate({short(expression)})", f"{why}; got {got!r:.100}",
                                   diagnose("calculate", got, expression)))
 
@@ -531,7 +538,9 @@ def test_tool_reply_with_max_calls_zero_refuses_every_call(impl, turn):
 
 
 @pytest.mark.exercise("tool_reply")
-@pytest.mark.parametrize("turn", ["37*8</calc>", "</calc>", "calc>1+1</calc>", "<calc 2*2</calc>"])
+@pytest.mark.parametrize("turn", ["37*8</calc>", "</calc>", "calc>1+1</calc>", "<calc 2*2</calc>",
+                                  # not ending with </calc>: parse_tool_call is None (the turn is not stripped first)
+                                  "<calc>1+1</calc> ", "<calc>1+1</calc>\n"])
 @pytest.mark.parametrize("calls_made,max_calls", [(0, 1), (2, 3), (0, 4)])
 def test_a_turn_without_a_call_is_answered_with_an_error(impl, turn, calls_made, max_calls):
     expect_reply(impl, turn, calls_made, max_calls, "<result>error: no call</result>",
@@ -584,15 +593,20 @@ def test_tool_reply_errors_are_results_too(impl, turn):
 
 # --- agent_loss_mask ----------------------------------------------------------------------
 
-def episode(spec: str, eos_id: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """'mmttm.' → token ids and by_model flags: m a model token, t a tool token, '.' the model's EOS.
+TOOL, EOS = "t,", ".,"
+"""Spec letters: the tool's tokens (t, and ',' an EOS id the tool wrote), and the EOS ids (the model's '.', the tool's ',')."""
 
-    Ids are random in [0, 12) with the EOS id left out, so 0 (a pad id) is sampled too."""
+
+def episode(spec: str, eos_id: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """'mmttm.' → token ids and by_model flags: m a model token, t a tool token, '.' the model's EOS, ',' the EOS id
+    written by the tool. An EOS may come anywhere, not only last ('m.m': the model wrote EOS, then went on).
+
+    The other ids are random in [0, 12) with the EOS id left out, so 0 (a pad id) is sampled too."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, 12, (len(spec),), generator=g)
     ids = torch.where(ids == eos_id, ids + 1, ids)
-    ids = torch.tensor([eos_id if c == "." else int(i) for c, i in zip(spec, ids)], dtype=torch.long)
-    return ids, torch.tensor([c != "t" for c in spec], dtype=torch.bool)
+    ids = torch.tensor([eos_id if c in EOS else int(i) for c, i in zip(spec, ids)], dtype=torch.long)
+    return ids, torch.tensor([c not in TOOL for c in spec], dtype=torch.bool)
 
 
 SPECS = [
@@ -613,10 +627,10 @@ def batch(eos_id: int, seed: int = 0, specs=SPECS):
 
 
 def expected_mask(specs, mask_truncated: bool) -> tuple[torch.Tensor, list[bool]]:
-    """The docstring's formula, written out from the specs."""
+    """The docstring's formula, written out from the specs: truncated unless the last id is eos_id (whoever wrote it)."""
     width = max(len(s) for s in specs)
-    truncated = [not s.endswith(".") for s in specs]
-    rows = [[float(t < len(s) and s[t] != "t" and not (mask_truncated and cut)) for t in range(width)]
+    truncated = [not (s and s[-1] in EOS) for s in specs]
+    rows = [[float(t < len(s) and s[t] not in TOOL and not (mask_truncated and cut)) for t in range(width)]
             for s, cut in zip(specs, truncated)]
     return torch.tensor(rows, dtype=torch.float32), truncated
 
@@ -642,8 +656,10 @@ def test_agent_loss_mask_matches_reference(impl, ref, eos_id, mask_truncated):
 
 @pytest.mark.exercise("agent_loss_mask")
 @pytest.mark.parametrize("mask_truncated", [True, False])
-@pytest.mark.parametrize("specs", [SPECS, ["mmtt", "m.", "mmttmm"], ["mmttm.", "."], ["."], ["tt"], ["mmmm"]],
-                         ids=["eight", "the tool ends the longest", "all finished", "one EOS", "only the tool", "one row"])
+@pytest.mark.parametrize("specs", [SPECS, ["mmtt", "m.", "mmttmm"], ["mmttm.", "."], ["."], ["tt"], ["mmmm"],
+                                   ["m.m", "m.t.", "mm.tt", ".m.", "m.tt"], ["mmt,", "m.", "mt,t", "m,"]],
+                         ids=["eight", "the tool ends the longest", "all finished", "one EOS", "only the tool", "one row",
+                              "an EOS mid-episode", "the tool wrote the EOS id"])
 def test_agent_loss_mask_is_the_model_tokens_of_finished_episodes(impl, specs, mask_truncated):
     eos_id = 3
     responses, by_model = batch(eos_id, seed=len(specs), specs=specs)
@@ -653,14 +669,16 @@ def test_agent_loss_mask_is_the_model_tokens_of_finished_episodes(impl, specs, m
     if mask.dtype != torch.float32 or tuple(mask.shape) != tuple(expected.shape):
         problem = f"expected a float32 mask of shape {tuple(expected.shape)}, got {mask.dtype} {tuple(mask.shape)}"
     elif truncated.dtype != torch.bool or truncated.tolist() != cut:
-        problem = f"expected truncated {cut} (bool: does the episode end with eos_id?), got {truncated.tolist()} {truncated.dtype}"
+        problem = (f"expected truncated {cut} (bool: does the episode end with eos_id? Only its last id counts, whoever "
+                   f"wrote it), got {truncated.tolist()} {truncated.dtype}")
     elif not torch.equal(mask, expected):
         bad = (mask != expected).nonzero()[0].tolist()
         problem = (f"expected mask {expected.tolist()}, got {mask.tolist()} (first difference at {bad}: the token is "
-                   f"{'the tool' if specs[bad[0]][bad[1]:bad[1] + 1] == 't' else 'the model'}'s"
+                   f"{'the tool' if specs[bad[0]][bad[1]:bad[1] + 1] in TOOL else 'the model'}'s"
                    f"{', in a truncated episode' if cut[bad[0]] else ''})")
     if problem:
-        raise WrongAnswer(explain(call + f" with episodes {specs} (m model, t tool, . the model's EOS)", problem,
+        legend = "m model, t tool, '.' the model's EOS, ',' an EOS id the tool wrote"
+        raise WrongAnswer(explain(call + f" with episodes {specs} ({legend})", problem,
                                   diagnose("agent_loss_mask", (mask, truncated), responses, by_model, eos_id, mask_truncated)))
 
 

@@ -16,7 +16,8 @@ part10 = partial(mistake, "part10_async")
 
 def _weights(learner, sampler, mask, mode, cap, *, inverted=False, sequence_mean=False, truncate=None, masked_value=0.0,
              ties_capped=False, padding_masked=True, multiply=False, stats_all_positions=False,
-             capped_frac_tokens=False, log_ratio_tokens=False, weight_mean_rows=False, detach=True, stats_nan=False):
+             capped_frac_tokens=False, log_ratio_tokens=False, weight_mean_rows=False, detach=True, stats_nan=False,
+             running_product=False, zeroed_by_multiplying=False, exp_over_exp=False):
     """The reference's computation with one knob per mistake (defaults: the docstring's rules)."""
     if mode not in _p10.MODES:
         raise ValueError(mode)
@@ -26,6 +27,8 @@ def _weights(learner, sampler, mask, mode, cap, *, inverted=False, sequence_mean
     m = mask.to(learner.dtype)
     lp, sp = (learner, sampler) if not detach else (learner.detach(), sampler.detach())
     ell = sp - lp if inverted else lp - sp
+    if exp_over_exp:                                  # 0/0 = NaN once both log-probs are below about −104 (float32)
+        ell = torch.log(torch.exp(lp) / torch.exp(sp))
     zero = torch.zeros((), dtype=learner.dtype)
     if multiply:
         ell = ell * m                                 # NaN · 0 = NaN on padding
@@ -41,10 +44,14 @@ def _weights(learner, sampler, mask, mode, cap, *, inverted=False, sequence_mean
         unit_real = real.any(dim=1)
         per_tok = unit_ell[:, None].expand_as(ell)
     ratio = torch.exp(per_tok)
+    if running_product and not token:                 # inf once the partial product passes float's range
+        ratio = torch.exp(ell).cumprod(dim=1)[:, -1:].expand_as(ell)
     capped = ratio >= cap if ties_capped else ratio > cap
     trunc = mode.endswith("truncate") if truncate is None else truncate
     if trunc:
         w = torch.where(capped, torch.full_like(ratio, cap), ratio)
+    elif zeroed_by_multiplying:                       # inf · 0 = NaN
+        w = ratio * (~capped)
     else:
         w = torch.where(capped, torch.full_like(ratio, masked_value), ratio)
     if multiply:
@@ -189,6 +196,27 @@ def iw_nan_cap(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask", c
         raise ValueError(cap)
     # ratio > NaN is False everywhere: the same weights as an infinite cap.
     return _weights(learner_logprobs, sampler_logprobs, mask, mode, cap if cap == cap else float("inf"))
+
+
+@part10("importance_weights", "sequence_ratio_as_a_running_product",
+        "the sequence ratio was the product of the token ratios, multiplied out (cumprod/prod): it overflows to inf "
+        "when the partial products do, even where the sum of the log-ratios is small — sum the ℓ, then exp")
+def iw_running_product(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask", cap=3.0):
+    return _weights(learner_logprobs, sampler_logprobs, mask, mode, cap, running_product=True)
+
+
+@part10("importance_weights", "capped_ratio_zeroed_by_multiplying",
+        "a capped ratio was zeroed by multiplying by (r <= C): a ratio that overflowed to inf gives inf · 0 = NaN "
+        "(select with torch.where)")
+def iw_zeroed_by_multiplying(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask", cap=3.0):
+    return _weights(learner_logprobs, sampler_logprobs, mask, mode, cap, zeroed_by_multiplying=True)
+
+
+@part10("importance_weights", "log_ratio_from_exp_over_exp",
+        "ℓ was computed as log(exp(learner) / exp(sampler)): both exps are 0 for log-probs below about −104 in float32, "
+        "and 0/0 is NaN (ℓ is the difference of the log-probs)")
+def iw_exp_over_exp(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask", cap=3.0):
+    return _weights(learner_logprobs, sampler_logprobs, mask, mode, cap, exp_over_exp=True)
 
 
 @part10("importance_weights", "empty_batch_shortcut_in_float32",
@@ -347,6 +375,32 @@ def kl_ref_grad(logprobs, ref_logprobs, sampler_logprobs, estimator="k3_is"):
         return logprobs - ref_logprobs
     k3 = _k3(logprobs, ref_logprobs)
     return k3 if estimator == "k3" else torch.exp(logprobs - sampler_logprobs.detach()) * k3
+
+
+@part10("kl_loss_term", "k3_clamped", "k3 was clamped (to ±10): the docstring's exp(r) − 1 − r has no clamp")
+def kl_k3_clamped(logprobs, ref_logprobs, sampler_logprobs, estimator="k3_is"):
+    _estimator_checked(estimator)
+    if estimator == "k1":
+        return logprobs - ref_logprobs.detach()
+    k3 = _k3(logprobs, ref_logprobs.detach()).clamp(-10.0, 10.0)
+    return k3 if estimator == "k3" else torch.exp(logprobs - sampler_logprobs.detach()) * k3
+
+
+@part10("kl_loss_term", "log_ratio_clamped", "r = ref − logprobs was clamped (to ±20) before k3: the docstring's r has no clamp")
+def kl_r_clamped(logprobs, ref_logprobs, sampler_logprobs, estimator="k3_is"):
+    _estimator_checked(estimator)
+    if estimator == "k1":
+        return logprobs - ref_logprobs.detach()
+    k3 = _k3(logprobs, logprobs + (ref_logprobs.detach() - logprobs).clamp(-20.0, 20.0))
+    return k3 if estimator == "k3" else torch.exp(logprobs - sampler_logprobs.detach()) * k3
+
+
+@part10("kl_loss_term", "k3_is_ratio_clamped",
+        "the ratio of k3_is was exp((logprobs − sampler).clamp(max=5)): the docstring's π_θ/π_sampler has no clamp")
+def kl_ratio_clamped(logprobs, ref_logprobs, sampler_logprobs, estimator="k3_is"):
+    if estimator == "k3_is":
+        return torch.exp((logprobs - sampler_logprobs.detach()).clamp(max=5.0)) * _k3(logprobs, ref_logprobs.detach())
+    return _p10.kl_loss_term(logprobs, ref_logprobs, sampler_logprobs, estimator)
 
 
 @part10("kl_loss_term", "default_estimator_k3", "the default estimator was k3 (it is the importance-weighted k3_is)")

@@ -294,6 +294,25 @@ def calc_number_echo(expression):
     return out
 
 
+@part9("calculate", "reason_quotes_a_number",
+       "the parser's error named the number it stopped after ('unexpected symbol after the number 7352'): "
+       "a piece of the expression, echoed back")
+def calc_quotes_a_number(expression):
+    out = _p9.calculate(expression)
+    if out == "error: syntax":
+        first = re.match(r"[()+*-]*([0-9]+)", expression)
+        if first and len(first.group(1)) <= _p9.MAX_DIGITS:
+            return f"error: unexpected symbol after the number {first.group(1)}"
+    return out
+
+
+@part9("calculate", "too_long_quotes_the_start",
+       "the error for a too-long expression quoted its first characters ('too long: 7352+...'): a piece of it, echoed back")
+def calc_too_long_quotes(expression):
+    out = _p9.calculate(expression)
+    return f"error: too long: {expression[:5]}..." if out == "error: too long" else out
+
+
 # --- tool_reply ---------------------------------------------------------------------------
 
 def _reply(turn):
@@ -348,6 +367,13 @@ def reply_stripped(turn, calls_made, max_calls):
         return None
     expr = _p9.parse_tool_call(turn)
     return "<result>" + ("error: no call" if expr is None else _p9.calculate(expr.strip())) + "</result>"
+
+
+@part9("tool_reply", "turn_stripped_before_parsing",
+       "the turn was stripped before parse_tool_call, so '<calc>1+1</calc>\\n' (which does not end with </calc>) "
+       "was answered as a call instead of 'error: no call'")
+def reply_turn_stripped(turn, calls_made, max_calls):
+    return None if calls_made >= max_calls else _reply(turn.strip())
 
 
 # --- agent_loss_mask ----------------------------------------------------------------------
@@ -431,3 +457,42 @@ def mask_unchecked(responses, by_model, eos_id, mask_truncated=True):
         n = min(len(m), mask.shape[1])
         flags[b, :n] = m[:n].float()
     return mask * flags, truncated
+
+
+def _mask_with(responses, by_model, eos_id, mask_truncated, truncated, lengths=None):
+    """The model's flags up to ``lengths`` (default: every token), rows of ``truncated`` zeroed with mask_truncated."""
+    width = max(len(r) for r in responses)
+    flags = _model_flags(by_model, width)
+    for b, n in enumerate(lengths or []):
+        flags[b, n:] = 0.0
+    if mask_truncated:
+        flags[truncated] = 0.0
+    return flags, truncated
+
+
+@part9("agent_loss_mask", "truncated_unless_eos_anywhere",
+       "an episode was called finished when eos_id appeared anywhere in it, not only as its last token")
+def mask_eos_anywhere(responses, by_model, eos_id, mask_truncated=True):
+    _check(responses, by_model)
+    truncated = torch.tensor([not bool((r == eos_id).any()) for r in responses])
+    return _mask_with(responses, by_model, eos_id, mask_truncated, truncated)
+
+
+@part9("agent_loss_mask", "mask_stops_at_the_first_eos",
+       "the mask stopped at the first EOS id instead of covering the whole episode (len(responses[b]) tokens)")
+def mask_first_eos(responses, by_model, eos_id, mask_truncated=True):
+    _check(responses, by_model)
+    truncated = torch.tensor([len(r) == 0 or int(r[-1]) != eos_id for r in responses])
+    lengths = []
+    for r in responses:
+        hits = (r == eos_id).nonzero().flatten()
+        lengths.append(int(hits[0]) + 1 if len(hits) else len(r))
+    return _mask_with(responses, by_model, eos_id, mask_truncated, truncated, lengths)
+
+
+@part9("agent_loss_mask", "final_eos_must_be_the_models",
+       "an episode whose last id is eos_id was called truncated when the tool wrote it (the id decides, whoever wrote it)")
+def mask_eos_by_model_only(responses, by_model, eos_id, mask_truncated=True):
+    _check(responses, by_model)
+    truncated = torch.tensor([not (len(r) and int(r[-1]) == eos_id and bool(m[-1])) for r, m in zip(responses, by_model)])
+    return _mask_with(responses, by_model, eos_id, mask_truncated, truncated)
