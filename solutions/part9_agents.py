@@ -118,10 +118,10 @@ def calculate(expression: str) -> str:
     ``-`` when negative (``3-5`` → ``"-2"``), ``"0"`` for zero.
 
     Every other input returns a string that starts with ``"error: "`` followed by a short reason
-    in the tool's own words (which reason is yours to choose; the tests read only the prefix, and
-    that the reason does not echo the expression back, nor a piece of it such as a number it holds,
-    whichever check below finds the fault — see :func:`tool_reply`). Errors, each checked so that
-    no input costs more than microseconds:
+    in the tool's own words (which reason is yours to choose; the tests read only the prefix, that
+    a reason follows it, and that the reason does not echo the expression back, nor a piece of it
+    such as a number it holds, whichever check below finds the fault — see :func:`tool_reply`).
+    Errors, each checked so that no input costs more than microseconds:
 
     - longer than :data:`MAX_CHARS` characters (checked before anything else);
     - empty, a character outside ``0123456789+-*()``, or anything the grammar does not derive;

@@ -142,7 +142,8 @@ def calculate_fast(impl, expression: str) -> str:
 
 
 def is_error(text: str) -> bool:
-    return text.startswith("error: ")
+    """An error of the calculator: the prefix, then a reason (any words of the tool's own, not nothing)."""
+    return text.startswith("error: ") and text[len("error: "):].strip() != ""
 
 
 def expect_calculate(impl, expression: str, expected: str | None) -> None:

@@ -306,6 +306,12 @@ def calc_quotes_a_number(expression):
     return out
 
 
+@part9("calculate", "no_reason_given", "every fault was answered with the bare prefix 'error: ', no reason after it")
+def calc_no_reason(expression):
+    out = _p9.calculate(expression)
+    return "error: " if out.startswith("error: ") else out
+
+
 @part9("calculate", "too_long_quotes_the_start",
        "the error for a too-long expression quoted its first characters ('too long: 7352+...'): a piece of it, echoed back")
 def calc_too_long_quotes(expression):
