@@ -161,24 +161,20 @@ def test_the_rl_runs_take_the_rl_algo_and_its_group_size(tmp_path):
             (7, 1e-4, 0.5, 0.0) if a.algo == "grpo" else (80, 2.5e-4, 0.0, 0.03)), "the command's settings, not the algorithm's defaults"
 
 
-def test_a_tiny_run_with_rloo(tmp_path):
+@pytest.mark.slow
+def test_a_tiny_run_with_rloo_calls_what_its_stub_check_lists(tmp_path, lists_what_it_calls):
+    """--rl-algo rloo end to end, traced: the learner's functions it calls are those ``learner_calls`` lists, so that
+    the check before the run names every stub it would reach (PPO's update is traced in tests/test_learner_calls.py)."""
+    from workbook.goodhart.run import learner_calls, parse_command
+
     runs = tmp_path / "runs"
-    assert workbook_main(tiny(runs, "r", "--rl-algo", "rloo", "--rl-group-size", "2", "--ensemble", "0",
-                              "--proxy-pairs", "4")) == 0
+    argv = tiny(runs, "r", "--rl-algo", "rloo", "--rl-group-size", "2", "--proxy-pairs", "4")
+    a, _ = parse_command(argv[1:])
+    assert lists_what_it_calls(lambda: workbook_main(argv), learner_calls(a)) == 0
     saved = json.loads((runs / "r" / "seed0" / "rl" / "pairs4" / "summary.json").read_text())
     assert (saved["algo"], saved["config"]["group_size"]) == ("rloo", 2)
     res = json.loads((runs / "r" / "results.json").read_text())
-    assert res["rl_algo"] == "rloo" and len([r for r in res["rl"] if r["proxy_pairs"] == 4]) == 3
-
-
-@pytest.mark.slow
-def test_the_functions_listed_are_those_a_run_calls(tmp_path, lists_what_it_calls):
-    """With PPO (the critic-free methods' lists are ``reason``'s, traced in tests/test_learner_calls.py)."""
-    from workbook.goodhart.run import learner_calls, parse_command
-
-    argv = tiny(tmp_path, "traced", "--proxy-pairs", "4")
-    a, _ = parse_command(argv[1:])
-    assert lists_what_it_calls(lambda: workbook_main(argv), learner_calls(a)) == 0
+    assert res["rl_algo"] == "rloo" and {r["ensemble"] for r in res["rl"]} == {None, "wco"}
 
 
 def done(monkeypatch, a, but: str = ""):
