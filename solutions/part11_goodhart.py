@@ -271,7 +271,9 @@ def fit_gao(d: Float[Tensor, "points"], r: Float[Tensor, "points"], form: str) -
         second = torch.where(positive, d64 * torch.log(torch.where(positive, d64, torch.ones_like(d64))),
                              torch.zeros_like(d64))
     design = torch.stack([d64, -second], dim=1)
-    solution = torch.linalg.lstsq(design, r64[:, None]).solution[:, 0]
+    # gelsd (SVD): the same bits every call. MKL's default driver (gelsy) can differ in the last bit from one call to
+    # the next on the same inputs (memory alignment), and the measurement's fits should be the same numbers every run.
+    solution = torch.linalg.lstsq(design, r64[:, None], driver="gelsd").solution[:, 0]
     alpha, beta = float(solution[0]), float(solution[1])
     residual = r64 - design @ solution
     total = r64 - r64.mean()
