@@ -254,6 +254,9 @@ def fit_gao(d: Float[Tensor, "points"], r: Float[Tensor, "points"], form: str) -
     - ``d * torch.log(d)`` at d = 0 is 0 · (−inf) = NaN, and one NaN row makes the whole fit NaN.
     - Dropping the d = 0 points changes R² (they count there), not α and β.
     - An intercept (``polyfit(d, r, 2)``) fits a different model: Gao's forms have none.
+    - Not wrong, but not reproducible: on CPU, ``torch.linalg.lstsq``'s default driver (gelsy, in
+      MKL) can differ in the last bit from one call to the next on the same inputs;
+      ``driver="gelsd"`` (or the normal equations) gives the same bits every time.
     """
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
