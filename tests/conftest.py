@@ -167,6 +167,19 @@ def lists_what_it_calls():
 
 
 @pytest.fixture
+def filled(monkeypatch):
+    """Every part's exercises are the reference's (the learner is done), until a test plants a stub (``plant_stub``):
+    the commands' checks for stubs can be tested whatever the learner has filled in so far."""
+    import importlib
+
+    for part in ("part3_rlhf", "part5_beyond_ppo", "part7_reasoning", "part9_agents", "part10_async", "part11_goodhart"):
+        ex, sol = importlib.import_module(f"exercises.{part}"), importlib.import_module(f"solutions.{part}")
+        for name in dir(sol):
+            if not name.startswith("_") and callable(getattr(sol, name)) and hasattr(ex, name):
+                monkeypatch.setattr(ex, name, getattr(sol, name))
+
+
+@pytest.fixture
 def plant_stub(monkeypatch):
     """``plant_stub(module, "Class.method")``: make that function of an exercises module a stub, as it ships.
 

@@ -178,32 +178,15 @@ def test_a_tiny_run_with_rloo_calls_what_its_stub_check_lists(tmp_path, lists_wh
     assert res["rl_algo"] == "rloo" and {r["ensemble"] for r in res["rl"]} == {None, "wco"}
 
 
-def done(monkeypatch, a, but: str = ""):
-    """The learner's Parts 3, 5 and 11 as the reference's, for every function a goodhart run with ``a`` calls (the
-    solutions' own), except ``but``."""
-    import importlib
-
-    from workbook.goodhart.run import learner_calls
-
-    for stem, names in learner_calls(a).items():
-        ex, sol = importlib.import_module(f"exercises.{stem}"), importlib.import_module(f"solutions.{stem}")
-        for name in names:
-            if name != but:
-                monkeypatch.setattr(ex, name, getattr(sol, name))
-
-
 @pytest.mark.parametrize("algo, part, stub", [("ppo", "part11_goodhart", "best_of_n_kl"),
                                               ("ppo", "part3_rlhf", "compute_advantages"),
                                               ("rloo", "part5_beyond_ppo", "rloo_advantages")])
-def test_a_stub_is_one_line_and_no_folder(algo, part, stub, tmp_path, capsys, plant_stub, monkeypatch):
+def test_a_stub_is_one_line_and_no_folder(algo, part, stub, tmp_path, capsys, filled, plant_stub):
     """Every stub the run would reach is named before anything is written — PPO's update too, not minutes into the
     run after the proxies and best-of-n — and only those of the --rl-algo chosen."""
     import importlib
 
-    from workbook.goodhart.run import GoodhartArgs
-
     pytest.importorskip("exercises.part11_goodhart")
-    done(monkeypatch, GoodhartArgs(rl_algo=algo, ensemble=2), but=stub)
     plant_stub(importlib.import_module(f"exercises.{part}"), stub)
     runs = tmp_path / "runs"
     argv = ["goodhart", "--impl", "exercises", "--runs-dir", str(runs), *TINY, "--rl-algo", algo, "--rl-group-size", "2"]

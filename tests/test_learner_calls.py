@@ -11,30 +11,13 @@ from __future__ import annotations
 import pytest
 
 import exercises.part3_rlhf as ex3
-import exercises.part5_beyond_ppo as ex5
 import exercises.part7_reasoning as ex7
 import exercises.part9_agents as ex9
 import exercises.part10_async as ex10
-import solutions.part3_rlhf as sol3
-import solutions.part5_beyond_ppo as sol5
-import solutions.part7_reasoning as sol7
-import solutions.part9_agents as sol9
 import solutions.part10_async as sol10
 from workbook.loop import reasoning
 from workbook.loop.calls import learner_calls
 from workbook.runs import find_stubs, is_stub_code
-
-PAIRS = ((ex3, sol3), (ex5, sol5), (ex7, sol7), (ex9, sol9), (ex10, sol10))
-
-
-@pytest.fixture
-def filled(monkeypatch):
-    """Every part's exercises are the reference's (the learner is done), until a test plants a stub."""
-    for ex, sol in PAIRS:
-        for name in dir(sol):
-            if not name.startswith("_") and callable(getattr(sol, name)) and hasattr(ex, name):
-                monkeypatch.setattr(ex, name, getattr(sol, name))
-
 
 @pytest.fixture
 def nothing_starts(monkeypatch):
