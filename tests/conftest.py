@@ -45,9 +45,12 @@ def pytest_collection_modifyitems(session, config, items) -> None:
 
 def _slow_files_first(items: list) -> None:
     """Under pytest-xdist (--dist loadfile hands out whole files in this order): the longest files first, so that
-    no long file starts last while the other worker has run out of work (the order only; every test still runs)."""
+    no long file starts last while the other worker has run out of work; and in a file, the tests marked ``waits``
+    first, so that their waiting overlaps the meta-run's computing instead of leaving a CPU idle after it (the
+    order only; every test still runs)."""
     rank = {name: i for i, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the others keep their order
+    # stable: the others keep their order
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), item.get_closest_marker("waits") is None))
 
 
 # --- under pytest-xdist (make test runs -n 2): one meta-run for all workers ---------------------------

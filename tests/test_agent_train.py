@@ -301,22 +301,3 @@ def test_model_path_runs_a_hugging_face_causal_lm_on_the_calculator(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["task"] == "calculator" and (out / "policy" / "config.json").is_file()
     assert all("turns" in s for s in rows(out / "samples.jsonl"))
-
-
-@pytest.mark.slow
-def test_the_calculator_task_runs_data_parallel_under_torchrun(tmp_path):
-    """Two processes (gloo): rank 0 writes the run folder and its samples, the other rank none (it once tried)."""
-    import os
-
-    from workbook.distributed import torchrun
-
-    root = Path(__file__).resolve().parent.parent
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])), "WANDB_MODE": "disabled"}
-    proc = torchrun(["-m", "workbook", "reason", "--task", "calculator", "--impl", "solutions", "--iterations", "2",
-                     "--eval-samples", "4", "--eval-k", "2", "--batch-size", "16", "--group-size", "8",
-                     "--mini-batch-size", "8", "--sample-every", "1", "--runs-dir", str(tmp_path), "--run-name", "dp",
-                     "--no-progress", "--wandb", "disabled"], 2, timeout=300, env=env, cwd=str(root))
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    samples = [json.loads(line) for line in (tmp_path / "dp" / "samples.jsonl").read_text().splitlines()]
-    assert samples and all("turns" in s for s in samples)
-    assert json.loads((tmp_path / "dp" / "summary.json").read_text())["iterations"] == 2

@@ -604,6 +604,7 @@ def resume_to(run: Path, iterations: int) -> None:
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
 
 
+@pytest.mark.waits
 def test_a_killed_sampler_is_one_line_and_resume_finishes_the_run(command):
     c = command("killed")
     sampler = c.sampler_once_training()
@@ -618,6 +619,7 @@ def test_a_killed_sampler_is_one_line_and_resume_finishes_the_run(command):
     resume_to(c.run, saved["iteration"] + 2)
 
 
+@pytest.mark.waits
 def test_ctrl_c_stops_learner_and_sampler_keeps_the_checkpoint_and_resumes(command):
     c = command("ctrl-c")
     sampler = c.sampler_once_training()
@@ -634,6 +636,7 @@ def test_ctrl_c_stops_learner_and_sampler_keeps_the_checkpoint_and_resumes(comma
     resume_to(c.run, saved["iteration"] + 2)
 
 
+@pytest.mark.waits
 def test_a_sampler_that_stops_answering_ends_the_run_within_the_deadline(command):
     # 15 s, not less: the deadline holds for both ends all run long, and under make test's load (two workers and the
     # meta-run on 2 cores) a sampler once waited over 5 s for the learner's next message before it was stopped.

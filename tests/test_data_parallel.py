@@ -1,14 +1,15 @@
 """Data-parallel training with torchrun: two processes on CPU (gloo), tiny settings.
 
 Not graded (Part 6's exercises are in test_part6_data_parallel.py). One torchrun job runs
-workbook/distributed_check.py: its checks, then the CartPole and RLHF commands with each rank
-in its own working directory, then a rank that fails on purpose.
+workbook/distributed_check.py: its checks, then the CartPole, RLHF (PPO, GRPO, DPO) and calculator (Part 9)
+commands with each rank in its own working directory, then a rank that fails on purpose.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -103,6 +104,18 @@ def test_only_rank_zero_writes_outputs(job):
 
 
 @pytest.mark.slow
+def test_the_calculator_task_runs_data_parallel(job):
+    """Part 9's task (``reason --task calculator``): rank 0 writes the run folder and its samples with their turns, the
+    other rank nothing (it once tried: test_only_rank_zero_writes_outputs)."""
+    out, results, *_ = job
+    assert [r["commands"]["calculator_exit"] for r in results] == [0, 0]
+    run = out / "rank0" / "runs" / "calculator"
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert samples and all("turns" in s for s in samples)
+    assert json.loads((run / "summary.json").read_text())["iterations"] == 2
+
+
+@pytest.mark.slow
 def test_a_failing_rank_ends_the_job_with_its_error(job):
     out, _, log, returncode, ended = job
     assert returncode != 0, f"rank 1 raised, yet the job exited 0:\n{log[-3000:]}"
@@ -164,3 +177,29 @@ def test_a_bad_deadline_in_the_environment_is_one_line_before_the_group_is_joine
     assert distributed.seconds_from_env("WORKBOOK_DIST_TIMEOUT_S", 600.0) == 2.5
     monkeypatch.delenv("WORKBOOK_DIST_TIMEOUT_S")
     assert distributed.seconds_from_env("WORKBOOK_DIST_TIMEOUT_S", 600.0) == 600.0
+
+
+def test_ranks_get_torchruns_environment_and_a_failing_rank_stops_the_other():
+    """``Ranks`` (Part 6's two-process job, started without torchrun's launcher): each rank is told who it is and
+    where to meet, as torchrun tells it; a rank that fails ends the job with its status, as under torchrun."""
+    from workbook.distributed import Ranks
+
+    script = ("import os, sys, time\n"
+              "print(*(os.environ[k] for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR')))\n"
+              "int(os.environ['MASTER_PORT'])\n"
+              "sys.stdout.flush()\n"
+              "sys.exit(3) if os.environ['RANK'] == '1' else time.sleep(120)")
+    start = time.monotonic()
+    done = Ranks(["-c", script], 2).finish(timeout=60)
+    assert time.monotonic() - start < 30, "rank 0 was left to sleep after rank 1 failed"
+    assert done.returncode == 3
+    assert sorted(done.stdout.splitlines()) == ["[rank 0] 0 0 2 2 127.0.0.1", "[rank 1] 1 1 2 2 127.0.0.1"]
+
+
+def test_ranks_that_outlive_the_timeout_are_stopped():
+    from workbook.distributed import Ranks
+
+    ranks = Ranks(["-c", "import time; time.sleep(120)"], 2)
+    with pytest.raises(subprocess.TimeoutExpired):
+        ranks.finish(timeout=0.5)
+    assert all(p.returncode is not None for p in ranks.procs)

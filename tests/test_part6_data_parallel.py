@@ -2,9 +2,9 @@
 
 Run: ``pytest tests/test_part6_data_parallel.py`` (your code) or add ``--impl=solutions``.
 ``data_seed`` is checked by its properties. The other two exercises need two processes: the
-module's first test starts ONE ``torchrun --nproc_per_node=2`` job (gloo, CPU, a few seconds,
-beside the one-process tests) that runs your code, the reference, every known mistake and correct alternative, and
-DistributedDataParallel on the same per-rank inputs (workbook/distributed_check.py); the tests
+module's first test starts ONE two-process job (two ranks with torchrun's environment, gloo, CPU, a few
+seconds, beside the one-process tests) that runs your code, the reference, every known mistake and correct
+alternative, and DistributedDataParallel on the same per-rank inputs (workbook/distributed_check.py); the tests
 then compare what each rank got. Each exercise is also checked in a single process, where it must be a world of one.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import itertools
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import torch
 from workbook.pytest_plugin import registries
 from workbook.checking import (WrongAnswer, assert_close, check_call, check_exercise, compare, explain, known_mistake,
                                matching_mistakes)
-from workbook.distributed import finish_torchrun, start_torchrun
+from workbook.distributed import Ranks
 from workbook.distributed_check import (GRADIENT_CASES, WHITEN_CASES, gradient_case, gradient_loss, near_tied_case,
                                         whiten_case)
 
@@ -164,7 +163,7 @@ def test_global_masked_whiten_shifts_the_mean_by_default(impl, ref):
     check_call(impl, ref, "global_masked_whiten", values, mask)  # shift_mean left out: True, as in Part 3
 
 
-# --- two processes: one torchrun job for the whole module ------------------------------------------------
+# --- two processes: one job for the whole module ---------------------------------------------------------------
 
 class TwoRanks:
     """What each implementation returned on each rank (loaded from the job's files)."""
@@ -192,7 +191,7 @@ class TwoRanks:
 @pytest.fixture(scope="module", autouse=True)
 def _two_ranks_job(request, tmp_path_factory):
     """The two-process job, started with the module's first test when a selected test needs it: its seconds of
-    start-up (torchrun and two ranks importing torch, then gloo) pass beside the one-process tests before it."""
+    start-up (two ranks importing torch, then gloo) pass beside the one-process tests before it."""
     if not any(item.module is request.module and "two_ranks" in getattr(item, "fixturenames", ())
                for item in request.session.items):
         yield None
@@ -202,15 +201,11 @@ def _two_ranks_job(request, tmp_path_factory):
         choices.append("exercises")  # last: if it hangs, everything before it is saved
     out = tmp_path_factory.mktemp("part6")
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = start_torchrun(["-m", "workbook.distributed_check", "exercises", str(out), *choices], RANKS, env=env,
-                          cwd=str(ROOT))
-    job = {"proc": proc, "out": out, "started": time.monotonic(), "done": None}
+    ranks = Ranks(["-m", "workbook.distributed_check", "exercises", str(out), *choices], RANKS, env=env, cwd=str(ROOT))
+    job = {"ranks": ranks, "out": out, "started": time.monotonic(), "done": None}
     yield job
     if job["done"] is None:  # no test waited for it (a session stopped early): stop it, as a timeout would
-        try:
-            finish_torchrun(proc, timeout=0.1)
-        except subprocess.TimeoutExpired:
-            pass
+        ranks.stop()
 
 
 @pytest.fixture(scope="module")
@@ -218,8 +213,7 @@ def two_ranks(_two_ranks_job) -> TwoRanks:
     job = _two_ranks_job
     if job["done"] is None:
         try:
-            proc = finish_torchrun(job["proc"], timeout=max(1.0, 100 - (time.monotonic() - job["started"])))
-            log = proc.stdout + proc.stderr
+            log = job["ranks"].finish(timeout=max(1.0, 100 - (time.monotonic() - job["started"]))).stdout
         except Exception as error:  # noqa: BLE001 — a timeout: report what was saved
             log = f"the two-process job did not finish: {error}"
         job["done"] = TwoRanks(job["out"], log)

@@ -11,6 +11,8 @@ game) and once through real Breakout. Nothing here trains: every test takes seco
 
 from __future__ import annotations
 
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -61,14 +63,41 @@ def gain(weight: torch.Tensor) -> tuple[float, bool]:
     return round(g2.sqrt().item(), 4), bool((gram - g2 * torch.eye(len(gram), dtype=gram.dtype)).abs().max() < 1e-4 * g2)
 
 
+_SEEDED: dict[tuple, tuple[nn.Module, torch.Tensor]] = {}
+
+
+def seeded_reference(ref, num_actions: int, frame_stack: int, seed: int) -> nn.Module:
+    """What ``torch.manual_seed(seed); ref.NatureCNN(num_actions, frame_stack)`` makes — the same weights, and the
+    global generator left where that leaves it — from a copy: its orthogonal initialisation (a QR of the 3136 × 512
+    layer, 90 ms) ran about a thousand times in the meta-run's Part 8, half its time."""
+    key = (ref.__name__, num_actions, frame_stack, seed)
+    if key not in _SEEDED:
+        torch.manual_seed(seed)
+        _SEEDED[key] = (ref.NatureCNN(num_actions, frame_stack), torch.get_rng_state())
+    net, state = _SEEDED[key]
+    torch.set_rng_state(state)
+    return copy.deepcopy(net)
+
+
+def without_orthogonal_init(build):
+    """``build()`` with ``nn.init.orthogonal_`` a no-op (each layer keeps PyTorch's default initialisation): for a
+    network whose every weight the test overwrites, or a check that no initialisation changes (which parameters
+    get a gradient, where the pixels go); the initialisation's own test builds it as it is."""
+    original = nn.init.orthogonal_
+    nn.init.orthogonal_ = lambda tensor, gain=1, generator=None: tensor
+    try:
+        return build()
+    finally:
+        nn.init.orthogonal_ = original
+
+
 def network_like_reference(cls, ref, num_actions: int, frame_stack: int, seed: int = 0) -> nn.Module:
     """``cls``'s network with the reference's seeded weights copied in, each layer matched by its shape."""
-    torch.manual_seed(seed)
-    source = ref.NatureCNN(num_actions, frame_stack)
+    source = seeded_reference(ref, num_actions, frame_stack, seed)
     with torch.no_grad():
         for p in source.parameters():  # biases start at 0: give them values so a missing one shows
             p.add_(0.01 * torch.randn(p.shape))
-    net = cls(num_actions, frame_stack)
+    net = without_orthogonal_init(lambda: cls(num_actions, frame_stack))  # every layer is overwritten below
     theirs = {tuple(m.weight.shape): m for m in layers(source, (nn.Conv2d, nn.Linear))}
     with torch.no_grad():
         for mine in layers(net, (nn.Conv2d, nn.Linear)):
@@ -124,7 +153,7 @@ def test_nature_cnn_outputs_match_reference(impl, ref, num_actions, frame_stack,
 
 @pytest.mark.exercise("NatureCNN")
 def test_pixels_reach_the_first_convolution_in_zero_one(impl):
-    net = impl.NatureCNN(4, 4)
+    net = without_orthogonal_init(lambda: impl.NatureCNN(4, 4))  # what this checks does not depend on the init
     seen = []
     first = convs_in_call_order(net, 4)[0]
     handle = first.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
@@ -151,7 +180,7 @@ def test_pixels_reach_the_first_convolution_in_zero_one(impl):
 @pytest.mark.exercise("NatureCNN")
 def test_one_trunk_learns_from_both_heads(impl):
     torch.manual_seed(0)
-    net = impl.NatureCNN(4, 4)
+    net = without_orthogonal_init(lambda: impl.NatureCNN(4, 4))  # what this checks does not depend on the init
     obs = pixels(3, 4, seed=0)
 
     def touched(output: torch.Tensor) -> set[str]:
@@ -198,7 +227,7 @@ def test_each_output_trains_the_trunk_and_its_own_head_only(impl):
     # value(obs); the learning phase uses logits_and_value), output by output: which parts get gradient. A
     # detach inside one call (only logits_and_value, say) changes no output and passes every value test.
     torch.manual_seed(0)
-    net = impl.NatureCNN(4, 4)
+    net = without_orthogonal_init(lambda: impl.NatureCNN(4, 4))  # what this checks does not depend on the init
     obs = pixels(3, 4, seed=2)
     parts = {name: list(getattr(net, name).parameters()) for name in ("trunk", "actor_head", "critic_head")
              if isinstance(getattr(net, name, None), nn.Module)}
@@ -246,7 +275,7 @@ def test_the_trunk_and_the_heads_are_the_attributes_the_docstring_names(impl):
     # on obs / 255 — the scaling in features (its docstring) or as the trunk's first step (the class docstring's
     # diagram "trunk: obs / 255 → conv ..."): either is allowed (alternative scaling_inside_the_trunk).
     torch.manual_seed(0)
-    net = impl.NatureCNN(5, 3)
+    net = without_orthogonal_init(lambda: impl.NatureCNN(5, 3))  # what this checks does not depend on the init
     obs = pixels(2, 3, seed=4)
     children = dict(net.named_children())
     missing = [name for name in ("trunk", "actor_head", "critic_head") if not isinstance(children.get(name), nn.Module)]
@@ -428,8 +457,7 @@ def grads(module: nn.Module) -> torch.Tensor:
     (0, 4, dict()), (1, 2, dict(vf_coef=1.0, ent_coef=0.0, clip_coef=0.2)), (2, 4, dict(vf_coef=0.25, ent_coef=0.05))])
 def test_atari_objective_and_its_gradients_match_reference(impl, ref, seed, frame_stack, settings):
     def run(fn):
-        torch.manual_seed(seed)
-        network = ref.NatureCNN(4, frame_stack)
+        network = seeded_reference(ref, 4, frame_stack, seed)
         minibatch = make_minibatch(ref, network, seed)
         objective = fn(network, ref.CriticView(network), minibatch, impl.AtariPPOArgs(**settings))
         if objective.requires_grad:
@@ -446,8 +474,7 @@ def test_atari_objective_and_its_gradients_match_reference(impl, ref, seed, fram
 
 @pytest.mark.exercise("compute_atari_objective")
 def test_atari_objective_runs_the_trunk_once(impl, ref):
-    torch.manual_seed(0)
-    network = ref.NatureCNN(6, 4)
+    network = seeded_reference(ref, 6, 4, seed=0)
     runs = []
     handle = network.trunk.register_forward_hook(lambda *args: runs.append(1))
     try:

@@ -477,21 +477,9 @@ def torchrun(args: list[str], nproc: int = 2, *, timeout: float = 120, env: dict
     After ``timeout`` seconds the job is stopped — SIGTERM to torchrun, which ends its ranks,
     then SIGKILL to its process group if it lingers — and ``subprocess.TimeoutExpired`` raised.
     """
-    return finish_torchrun(start_torchrun(args, nproc, env=env, cwd=cwd), timeout)
-
-
-def start_torchrun(args: list[str], nproc: int = 2, *, env: dict | None = None,
-                   cwd: str | None = None) -> subprocess.Popen:
-    """:func:`torchrun` started and not waited for (work can go on beside it); :func:`finish_torchrun` waits."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]
-    full_env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd,
-                            start_new_session=True)
-
-
-def finish_torchrun(proc: subprocess.Popen, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Wait for a job of :func:`start_torchrun`: its output, or ``subprocess.TimeoutExpired`` (the job stopped)."""
-    with proc:
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})), start_new_session=True) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -503,3 +491,59 @@ def finish_torchrun(proc: subprocess.Popen, timeout: float = 120) -> subprocess.
                 proc.communicate()
             raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+class Ranks:
+    """``nproc`` processes of ``python ARGS…`` started at once, each with the environment ``torchrun --standalone``
+    gives its ranks (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``,
+    ``MASTER_PORT``), and no launcher: for tests that need two ranks rather than torchrun itself (Part 6's), the
+    ranks start about a second and a half sooner — torchrun imports torch before it starts a rank — and the
+    launcher's CPU is saved. Like torchrun, a rank that fails stops the others. :meth:`finish` waits.
+    (:func:`torchrun` runs the real launcher: tests/test_data_parallel.py, the commands.)"""
+
+    def __init__(self, args: list[str], nproc: int = 2, *, env: dict | None = None, cwd: str | None = None) -> None:
+        import socket
+        import tempfile
+
+        with socket.socket() as s:  # a free port for rank 0's store (torchrun --standalone picks one the same way)
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.args, self.procs, self.logs = args, [], []
+        for rank in range(nproc):
+            log = tempfile.TemporaryFile("w+")  # files, not pipes: a rank writing a lot never blocks on its pipe
+            rank_env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}), RANK=str(rank), LOCAL_RANK=str(rank),
+                            WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc), MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT=str(port))
+            self.procs.append(subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT, text=True,
+                                               env=rank_env, cwd=cwd, start_new_session=True))
+            self.logs.append(log)
+
+    def stop(self) -> None:
+        """End every rank still running (SIGKILL)."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def finish(self, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Wait for every rank: the job's status (the first failing rank's, else 0) and the ranks' output, each line
+        prefixed with its rank, or ``subprocess.TimeoutExpired`` (every rank stopped)."""
+        import time
+
+        deadline, code = time.monotonic() + timeout, 0
+        while None in [p.poll() for p in self.procs]:  # every rank polled (any() would stop at the first alive)
+            code = next((p.returncode for p in self.procs if p.returncode not in (None, 0)), 0)
+            if code:
+                break  # as torchrun: one rank failed, the others are stopped (they may wait on it in a collective)
+            if time.monotonic() > deadline:
+                self.stop()
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.02)
+        code = code or next((p.returncode for p in self.procs if p.returncode != 0), 0)
+        self.stop()
+        output = []
+        for rank, log in enumerate(self.logs):
+            log.seek(0)
+            output += [f"[rank {rank}] {line}" for line in log.read().splitlines(keepends=True)]
+            log.close()
+        return subprocess.CompletedProcess(self.args, code, "".join(output), "")

@@ -261,11 +261,11 @@ def check_rlhf_step(ctx: distributed.Context) -> dict:
 
 
 def run_commands(out_dir: Path) -> dict:
-    """Both training commands, tiny, in this rank's own working directory."""
+    """The training commands, tiny, in this rank's own working directory."""
     from workbook.cartpole import train as cartpole
     from workbook.lm.model import GPT, GPTConfig
     from workbook.lm.tokenizer import CharTokenizer
-    from workbook.loop import rlhf
+    from workbook.loop import reasoning, rlhf
 
     code = cartpole.main(["--impl", "solutions", "--total-timesteps", "512", "--set", "num_envs=4",
                           "--set", "num_steps_per_rollout=32", "--wandb", "disabled", "--runs-dir", "runs",
@@ -278,6 +278,11 @@ def run_commands(out_dir: Path) -> dict:
     summary = rlhf.train(args, model=model, tok=tok)
     result = {"cartpole_exit": code, "rlhf_iterations": summary.get("iterations")}
     ctx = distributed.context()
+    # Part 9's calculator task: the environment's turns (tool calls and results) cross the ranks' batches too.
+    result["calculator_exit"] = reasoning.main(
+        ["--task", "calculator", "--impl", "solutions", "--iterations", "2", "--eval-samples", "4", "--eval-k", "2",
+         "--batch-size", "16", "--group-size", "8", "--mini-batch-size", "8", "--sample-every", "1", "--runs-dir", "runs",
+         "--run-name", "calculator", "--no-progress", "--wandb", "disabled"])
     for algo in ("grpo", "dpo"):  # Part 5 runs data-parallel too: same weights, each rank its own prompts / pairs
         torch.manual_seed(0)
         lm = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=160, n_layer=1, n_head=2, d_model=16))  # DPO: whole reviews
