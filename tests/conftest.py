@@ -132,6 +132,25 @@ def variant_results(request) -> dict[str, list[dict]]:
     return run.results()
 
 
+@pytest.fixture(scope="module")
+def no_curves():
+    """The loop's runs in this process draw no curves.png (``pytestmark = pytest.mark.usefixtures("no_curves")`` in a
+    test file none of whose tests looks at one): drawing a run's panels costs about half a CPU second, more than a tiny
+    run's training, and a file of such runs drew dozens. Runs in processes of their own still draw theirs; the
+    figures are tested where they are looked at (tests/test_curves.py, the commands' run-folder tests)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("workbook.loop.run.save_curves", lambda *args, **kw: None)
+        yield
+
+
+@pytest.fixture
+def draws_curves(monkeypatch):
+    """In a file that uses ``no_curves``: this test's runs draw their curves.png as runs do (it looks for it)."""
+    from workbook.loop import curves
+
+    monkeypatch.setattr("workbook.loop.run.save_curves", curves.save_curves)
+
+
 @pytest.fixture
 def lists_what_it_calls():
     """``lists_what_it_calls(run, listed)``: run ``run()`` (a tiny run of the reference solutions), tracing which of the

@@ -23,11 +23,14 @@ import solutions.part5_beyond_ppo as sol5
 from workbook.agents.base import pretrain_agent
 from workbook.checkpoints import CHECKPOINT
 from workbook.lm.pretrain import TINY_ARGS
-from workbook.loop import reasoning
+from workbook.loop import curves, reasoning
 from workbook.loop.reasoning import REASON_ALGOS, main, reason_args, train_reason
 from workbook.loop.rlvr import RLVRTrainer
 from workbook.loop.run import Run
 from workbook.loop.verifiable import CalculatorTask
+
+# The runs draw no curves.png (half a CPU second each), but those algo_run makes: a test looks for them.
+pytestmark = pytest.mark.usefixtures("no_curves")
 
 TINY_AGENT = dataclasses.replace(TINY_ARGS, n_reviews=2000, n_heldout=50, steps=100, block_size=128, d_model=32,
                                  n_layer=1, n_head=2, lr=1e-2)
@@ -103,6 +106,7 @@ def algo_run(tiny, tmp_path_factory):
         if algo not in made:
             runs = tmp_path_factory.mktemp(f"agent-{algo}")
             with pytest.MonkeyPatch.context() as patch:
+                patch.setattr("workbook.loop.run.save_curves", curves.save_curves)  # the file's no_curves aside: read below
                 steps, rollouts = spy_on_steps(patch, TRAINER_OF.get(algo, RLVRTrainer))
                 summary = run(tiny, tiny_args(runs, algo))
             made[algo] = summary, runs / f"agent-{algo}", steps, rollouts

@@ -36,6 +36,7 @@ from workbook.loop.run import train
 from workbook.loop.verifiable import ReasoningTask
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("no_curves")  # none of these tests looks at a curves.png
 TIMEOUT_S = "30"
 """Every blocking receive's deadline in these tests (the engine's default is 600 s)."""
 
@@ -72,14 +73,6 @@ def samplers_from_a_fork_server():
 def spawn_when_marked(request, monkeypatch):
     if request.node.get_closest_marker("spawn") is not None:
         monkeypatch.delenv("WORKBOOK_SAMPLER_START", raising=False)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def no_curves():
-    """The runs in this process draw no curves.png (a second each; the subprocess runs still draw theirs)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("workbook.loop.run.save_curves", lambda *args, **kw: None)
-        yield
 
 
 def reason(runs: Path, name: str, *extra: str, iterations: int = 3) -> Path:

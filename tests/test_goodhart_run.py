@@ -12,6 +12,8 @@ import torch
 
 from workbook.__main__ import main as workbook_main
 
+pytestmark = pytest.mark.usefixtures("no_curves")  # none of these tests looks at a run's curves.png
+
 TINY = ["--proxy-pairs", "4,8", "--proxy-min-steps", "2", "--bank-samples", "40", "--heldout-pairs", "10",
         "--pool-prompts", "2", "--pool-size", "8", "--max-new-tokens", "12", "--ensemble", "2",
         "--rl-iterations", "3", "--rl-batch-size", "8", "--eval-samples", "2", "--wandb", "disabled", "--no-progress"]

@@ -32,6 +32,8 @@ from workbook.loop.task import IMDB_PRESET, review_task  # noqa: E402
 from workbook.loop.rlhf import Args, main, parse_args  # noqa: E402
 from workbook.runs import ConfigError  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("no_curves")  # no test looks at a run's curves.png (the seeds' figure is drawn)
+
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ["the plot was", "I thought the acting", "This film", "overall, the music", "the ending felt so",
            "this movie is", "the cast", "i thought the script was"]

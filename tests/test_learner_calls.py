@@ -19,6 +19,9 @@ from workbook.loop import reasoning
 from workbook.loop.calls import learner_calls
 from workbook.runs import find_stubs, is_stub_code
 
+pytestmark = pytest.mark.usefixtures("no_curves")  # none of these tests looks at a run's curves.png
+
+
 @pytest.fixture
 def nothing_starts(monkeypatch):
     """Loading the model, starting a sampler or making a run folder fails the test: the check comes first."""

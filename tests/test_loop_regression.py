@@ -22,6 +22,8 @@ from workbook.lm.tokenizer import CharTokenizer
 from workbook.loop import reasoning, rlhf
 from workbook.reason.base import reasoner_tokenizer
 
+pytestmark = pytest.mark.usefixtures("no_curves")  # none of these tests looks at a run's curves.png
+
 # The fields of each command's options class: its summary.json config, its checkpoint's, its --set fields.
 LOOP_FIELDS = ["impl", "algo", "seed", "model", "prompts", "device", "iterations", "time_budget_s", "batch_size",
                "mini_batch_size", "ppo_epochs", "learning_rate", "kl_coef", "adaptive_kl", "kl_target", "kl_horizon",

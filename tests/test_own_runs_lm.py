@@ -17,6 +17,8 @@ from workbook.loop import rlhf as loop
 from workbook.loop.rlhf import Args
 from workbook.loop.run import Run
 
+pytestmark = pytest.mark.usefixtures("no_curves")  # none of these tests looks at a run's curves.png
+
 
 @pytest.fixture(scope="module")
 def tiny():

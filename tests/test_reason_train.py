@@ -25,6 +25,9 @@ from workbook.loop.reasoning import REASON_ALGOS, REASON_DEFAULTS, main, parse_c
 from workbook.loop.rlvr import RLVRConfig, RLVRTrainer
 from workbook.reason import pretrain_reasoner
 
+# The runs draw no curves.png (half a CPU second each), but where a test looks for one (draws_curves).
+pytestmark = pytest.mark.usefixtures("no_curves")
+
 TINY_REASONER = dataclasses.replace(TINY_ARGS, n_reviews=2000, n_heldout=50, steps=100, block_size=80, d_model=32,
                                     n_layer=1, n_head=2, lr=1e-2)
 
@@ -46,7 +49,7 @@ def rows(path: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("algo", REASON_ALGOS)
-def test_each_algorithm_writes_the_run_folder_and_learns(tiny, tmp_path, algo):
+def test_each_algorithm_writes_the_run_folder_and_learns(tiny, tmp_path, algo, draws_curves):
     model, tok = tiny
     before = copy.deepcopy(model.state_dict())
     summary = train_reason(tiny_args(tmp_path, algo), model=copy.deepcopy(model), tok=tok, progress=False)
@@ -391,7 +394,7 @@ def test_format_reward_has_one_range_in_every_message(value, capsys):
     assert parse_command(["--format-reward", "0.99"])[0].format_reward == 0.99
 
 
-def test_the_run_says_when_it_evaluates_and_what_it_wrote(tiny, tmp_path, monkeypatch, capsys):
+def test_the_run_says_when_it_evaluates_and_what_it_wrote(tiny, tmp_path, monkeypatch, capsys, draws_curves):
     assert tiny_main(tiny, monkeypatch, tmp_path) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
