@@ -297,6 +297,36 @@ def test_the_workers_records_reach_the_controller_each_collected_test_once():
     assert row.status == PASSING and row.tests == 3
 
 
+def test_an_interrupted_run_says_which_exercises_it_did_not_finish_not_that_they_fail():
+    from types import SimpleNamespace
+
+    from workbook import pytest_plugin as plugin
+
+    def records(outcomes: dict[str, list[str]]) -> list[dict]:
+        out = []
+        for exercise, results in outcomes.items():
+            out += [{"kind": "collected", "nodeid": f"t::{exercise}{i}", "part": "part1_ppo_core", "exercise": exercise,
+                     "points": 1} for i in range(3)]
+            out += [{"kind": "result", "nodeid": f"t::{exercise}{i}", "part": "part1_ppo_core", "exercise": exercise,
+                     "outcome": o, "message": "wrong answer from x\n  output: 2, expected 3" if o == "failed" else ""}
+                    for i, o in enumerate(results)]
+        return out
+
+    # Ctrl-C in the second exercise's tests: the first is done, the second half run, the third never started.
+    done = records({"compute_advantages": ["passed"] * 3, "get_minibatch_indices": ["passed"], "make_optimizer": [],
+                    "PPOScheduler": ["failed"]})
+    for status, said in ((pytest.ExitCode.INTERRUPTED, "interrupted"), (pytest.ExitCode.TESTS_FAILED, "timeout")):
+        out = _Lines({})
+        plugin.pytest_terminal_summary(out, status, SimpleNamespace(workbook_impl="exercises", workbook_records=done))
+        lines = {line.split()[1]: line for line in out.lines if line.startswith("  ") and "part1_ppo_core." in line}
+        assert "passing" in lines["part1_ppo_core.compute_advantages"]
+        assert "failing" in lines["part1_ppo_core.PPOScheduler"], "a test that ran and failed is a failure either way"
+        for name in ("get_minibatch_indices", "make_optimizer"):
+            line = lines[f"part1_ppo_core.{name}"]
+            assert said in line and (("fail" not in line) == (said == "interrupted")), line
+        assert "1 of 3 tests passed before Ctrl-C" in lines["part1_ppo_core.get_minibatch_indices"] or said != "interrupted"
+
+
 def test_the_workers_read_the_meta_run_of_the_controller_or_its_error(tmp_path):
     import importlib.util
 

@@ -49,6 +49,10 @@ def read_report(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+UNFINISHED = "did not finish (timeout?)"
+"""The detail of an exercise whose first test without a pass has no result: the run ended before it did."""
+
+
 def aggregate(records: list[dict]) -> list[Row]:
     """One row per exercise: passing only if every one of its tests passed."""
     collected: dict[tuple[str, str], dict] = {}
@@ -62,7 +66,7 @@ def aggregate(records: list[dict]) -> list[Row]:
             results[rec["nodeid"]] = rec
     rows = []
     for (part, exercise), entry in collected.items():
-        outcomes = [results.get(n, {"outcome": "not run", "message": "did not finish (timeout?)"}) for n in entry["nodeids"]]
+        outcomes = [results.get(n, {"outcome": "not run", "message": UNFINISHED}) for n in entry["nodeids"]]
         passed = sum(o["outcome"] == "passed" for o in outcomes)
         timed_out = [o for o in outcomes if o["outcome"] == TIMED_OUT]
         if passed == len(outcomes):

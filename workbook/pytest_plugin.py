@@ -49,7 +49,7 @@ import torch
 from jaxtyping import TypeCheckError
 
 from workbook import alternatives, mistakes, variants
-from workbook.grading import FAILING, NOT_STARTED, PASSING, TIMED_OUT, WAITING, aggregate, diagnosis
+from workbook.grading import FAILING, NOT_STARTED, PASSING, TIMED_OUT, UNFINISHED, WAITING, aggregate, diagnosis
 from workbook.mirror import stubbed_functions
 from workbook.typecheck import explain_type_error
 
@@ -580,10 +580,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if not rows and not skips:
         return
     impl = config.workbook_impl
-    terminalreporter.write_sep("=", f"workbook progress (--impl={impl})")
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED  # Ctrl-C: the tests after it never ran, none failed
+    terminalreporter.write_sep("=", f"workbook progress (--impl={impl})" + (", interrupted" if interrupted else ""))
     width = max([len(f"{r.part}.{r.exercise}") for r in rows] + [1])
     for r in rows:
         marks = {PASSING: "✓", FAILING: "✗", TIMED_OUT: "✗", NOT_STARTED: "·", WAITING: "…"}
+        if interrupted and r.status == FAILING and r.detail == UNFINISHED:
+            terminalreporter.write_line(f"  - {r.part}.{r.exercise:<{width - len(r.part) - 1}}  interrupted  "
+                                        f"({r.passed} of {r.tests} tests passed before Ctrl-C; the others did not run)")
+            continue
         if r.status == NOT_STARTED:
             extra = f"  {r.detail.removeprefix('not started: ')}"
         elif r.status == WAITING:
