@@ -113,6 +113,35 @@ def test_grade_prints_each_parts_own_duration(tmp_path, monkeypatch, capsys):
     assert "part1: 1 exercises graded (1 passing) in 10 s" in out and "part2: 1 exercises graded (1 passing) in 15 s" in out
 
 
+def test_ctrl_c_during_grade_is_one_line_exit_130_and_writes_no_json(tmp_path, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        print("  part1_ppo_core: 8 exercises graded (8 passing) in 4 s")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(grading, "run_suite", interrupted)
+    out_json = tmp_path / "grade.json"
+    try:
+        code = grading.main(["--impl", "solutions", "--json", str(out_json)])
+    except KeyboardInterrupt:  # caught here: raised on, it would stop this pytest session, not fail one test
+        pytest.fail("Ctrl-C left grade as a KeyboardInterrupt: a traceback for the learner")
+    assert code == 130
+    out, err = capsys.readouterr()
+    assert out.strip().splitlines()[-1] == ("interrupted: the parts listed above were graded, the others not "
+                                            "(python -m workbook grade --part PART grades one part)")
+    assert "Traceback" not in out + err and not out_json.exists()
+
+
+def test_ctrl_c_during_the_main_jobs_grade_is_not_called_a_failing_reference(monkeypatch, capsys):
+    from workbook import main_job
+
+    monkeypatch.setattr(grading, "main", lambda argv: 130)  # what grade returns after Ctrl-C (tested above)
+    assert main_job.main([]) == 130
+    assert "do not pass" not in capsys.readouterr().err
+    monkeypatch.setattr(grading, "main", lambda argv: 1)  # a reference that fails its tests is still said to
+    assert main_job.main([]) == 1
+    assert "the reference solutions do not pass their own tests" in capsys.readouterr().err
+
+
 def test_a_mistake_is_diagnosed_in_full_once_with_the_count_of_failures():
     label = "[known mistake: baseline_includes_self]"
     # The exercise's own tests (its trainer test, through GroupTrainer, fails in the trainer's words instead).

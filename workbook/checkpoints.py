@@ -44,14 +44,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from workbook.runs import ConfigError
+from workbook.runs import INTERRUPTED, ConfigError  # noqa: F401 — INTERRUPTED: the commands import it from here
 
 LAYOUT = 1
 """The version of what a checkpoint holds; a checkpoint of another layout is refused (one line)."""
 CHECKPOINT = "checkpoint.pt"
 """Where a run keeps the state it can be resumed from (next to ``agent.pt``, its final agent)."""
-INTERRUPTED = 130
-"""The exit status after SIGINT/SIGTERM (128 + SIGINT, what shells report for Ctrl-C)."""
 NON_FINITE = 3
 """The exit status when a NaN or inf stopped the run (2 is bad input, 1 "trained but not solved")."""
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from workbook.cli import add_impl_option, make_parser, require_positive
-from workbook.runs import check_can_create, command
+from workbook.runs import INTERRUPTED, check_can_create, command
 
 ROOT = Path(__file__).resolve().parent.parent
 NOT_STARTED, FAILING, PASSING, TIMED_OUT = "not started", "failing", "passing", "timed out"
@@ -251,7 +251,13 @@ def main(argv: list[str] | None = None) -> int:
           f"(per-test timeout {args.per_test_timeout:g} s of CPU time)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.jsonl"
-        code = run_suite(args.impl, paths=paths, timeout=args.timeout, per_test_timeout=args.per_test_timeout, report=report)
+        try:
+            code = run_suite(args.impl, paths=paths, timeout=args.timeout, per_test_timeout=args.per_test_timeout,
+                             report=report)
+        except KeyboardInterrupt:  # Ctrl-C: run_suite has stopped its pytest; the parts it finished are printed above
+            print("\ninterrupted: the parts listed above were graded, the others not "
+                  "(python -m workbook grade --part PART grades one part)", flush=True)
+            return INTERRUPTED
         rows = aggregate(read_report(report))
     if not rows:
         print(f"grade: no exercise tests ran (pytest exit code {code}); run `pytest --impl={args.impl}` to see why")

@@ -6,7 +6,7 @@ import sys
 
 from workbook import grading
 from workbook.cli import make_parser
-from workbook.runs import command
+from workbook.runs import INTERRUPTED, command
 
 
 @command
@@ -21,7 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     print("== 1. Grade table for the reference solutions ==", flush=True)
     code = grading.main(["--impl", "solutions", "--strict"])
     if code:
-        print("the reference solutions do not pass their own tests", file=sys.stderr)
+        if code != INTERRUPTED:  # after Ctrl-C the step has said so itself
+            print("the reference solutions do not pass their own tests", file=sys.stderr)
         return code
 
     print("\n== 2. Train CartPole-v1 with the reference (3 seeds, wandb offline) ==", flush=True)
@@ -30,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     # One progress bar per seed (on a terminal) instead of a line per learning phase.
     code = cartpole.main(["--impl", "solutions", "--seeds", "1", "2", "3"] + ["--no-progress"] * options.no_progress)
     if code:
-        print("the reference did not solve CartPole for every seed", file=sys.stderr)
+        if code != INTERRUPTED:
+            print("the reference did not solve CartPole for every seed", file=sys.stderr)
         return code
 
     print("\n== 3. RLHF: 'write a positive movie review' (pretrains once if no cached model; wandb offline) ==",

@@ -34,6 +34,8 @@ from typing import Any, Callable
 
 WANDB_MODES = ("offline", "online", "disabled")
 IMPLS = ("exercises", "solutions")
+INTERRUPTED = 130
+"""The exit status after SIGINT/SIGTERM (128 + SIGINT, what shells report for Ctrl-C): every command's."""
 """Whose code runs (``--impl``): the learner's, or the reference."""
 DEFAULT_WANDB_INIT_TIMEOUT_S = 15.0
 
