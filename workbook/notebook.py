@@ -38,6 +38,7 @@ from pathlib import Path
 
 from workbook.grading import FAILING, NOT_STARTED, PASSING, TIMED_OUT, WAITING, aggregate, pytest_command, read_report
 from workbook.mirror import FunctionNode, is_stub
+from workbook.runs import INTERRUPTED
 
 ROOT = Path(__file__).resolve().parent.parent
 SYNCED = ROOT / "notebooks" / ".synced.json"
@@ -357,9 +358,9 @@ def train(command: str, *argv: str, **options) -> None:
     with _error_lines_wrapped():
         code = module.main(args) or 0
     shown = show_curves(runs, before)
-    if code == 130:
+    if code == INTERRUPTED:
         print(f'interrupted: continue it here with wb.train("{command}", resume="RUN_DIR") (the folder above)')
-    if not shown and code not in (2, 130):
+    if not shown and code not in (2, INTERRUPTED):
         print(f"(no curves found under {runs}/)")
     global last_exit_code
     last_exit_code = code  # not returned: a notebook would print it under the curves
