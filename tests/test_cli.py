@@ -45,6 +45,19 @@ def test_every_command_answers_help_without_side_effects(tmp_path):
     assert list(tmp_path.iterdir()) == [], "--help wrote something"
 
 
+def test_a_ctrl_c_no_command_handles_itself_is_one_line_and_exit_130(capsys):
+    """pretrain, evaluate, ... (the training loops stop at Ctrl-C by their own handlers, and grade says more)."""
+    from workbook.runs import INTERRUPTED, command
+
+    @command
+    def main(argv):
+        raise KeyboardInterrupt
+
+    assert main([]) == INTERRUPTED == 130
+    assert capsys.readouterr().err == "interrupted (Ctrl-C)\n"
+    assert main(["--debug"]) == 130 and "Traceback" in capsys.readouterr().err
+
+
 def test_unknown_command_is_named_with_the_list_of_commands():
     proc = run("bogus")
     assert proc.returncode == 2 and proc.stdout == ""

@@ -50,7 +50,8 @@ class ConfigError(Exception):
 
 
 def command(main: Callable[[list[str] | None], int | None]) -> Callable[[list[str] | None], int]:
-    """Decorate a command's ``main(argv)``: a :class:`ConfigError` becomes one line and exit status 2.
+    """Decorate a command's ``main(argv)``: a :class:`ConfigError` becomes one line and exit status 2, a Ctrl-C the
+    command does not handle itself one line and exit status 130 (:data:`INTERRUPTED`).
 
     ``--debug`` anywhere in argv also prints the traceback (the parser from
     :func:`workbook.cli.make_parser` accepts the flag, so it shows in ``--help``).
@@ -66,6 +67,11 @@ def command(main: Callable[[list[str] | None], int | None]) -> Callable[[list[st
                 traceback.print_exc()
             print(f"error: {error.field}: {error.message}", file=sys.stderr, flush=True)
             return 2
+        except KeyboardInterrupt:  # Ctrl-C where the command has no handler of its own (the training loops have)
+            if "--debug" in argv:
+                traceback.print_exc()
+            print("interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+            return INTERRUPTED
 
     return wrapper
 
