@@ -34,9 +34,9 @@ from typing import Any, Callable
 
 WANDB_MODES = ("offline", "online", "disabled")
 IMPLS = ("exercises", "solutions")
+"""Whose code runs (``--impl``): the learner's, or the reference."""
 INTERRUPTED = 130
 """The exit status after SIGINT/SIGTERM (128 + SIGINT, what shells report for Ctrl-C): every command's."""
-"""Whose code runs (``--impl``): the learner's, or the reference."""
 DEFAULT_WANDB_INIT_TIMEOUT_S = 15.0
 
 
