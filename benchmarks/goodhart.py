@@ -8,13 +8,13 @@ the curve's mean over the seeds), the figure (``goodhart.png`` in ``--runs-dir``
 37, each measured. The last line is one JSON object: ``{"gold", "proxies", "bon", "rl", "fits",
 "goals", "seeds", "wall_s", "cpu_s", "load_average"}`` (the rows' keys: docs/goodhart.md).
 
-Goals (3 of 3 seeds): (1) RL against the smallest proxy: the gold rises, peaks and falls by a clear
-margin (a rise ≥ 0.1 on the gold's scale, a fall ≥ 0.1 and ≥ half the rise) while the proxy keeps
-rising; best-of-n's peak (or not) at the n reached; (2) R² ≥ 0.9 for the curves with a peak (a curve: one method against one
-proxy, its mean over the seeds; each seed's R² is reported too), the fitted peak at larger √KL as the proxy gets
-more data; (3) the ensemble's gold above the single proxy's at the same KL; (4) the whole
-benchmark ≤ 15 minutes on 2 cores, one RL run ≤ 2 minutes on one core. The CPU may be shared: the load
-average is printed with the figures, and CPU seconds beside wall seconds.
+Goals (3 of 3 seeds): (1) RL against the smallest proxy: the gold rises, peaks and falls by a clear margin (a rise ≥
+0.1 on the gold's scale to a peak after the base policy's own batch, a fall ≥ 0.1 and ≥ half the rise) while the
+proxy keeps rising; best-of-n's peak (or not) at the n reached; (2) R² ≥ 0.9 for the curves with a peak (a curve:
+one method against one proxy, its mean over the seeds; each seed's R² is reported too), the fitted peak at larger
+√KL as the proxy gets more data; (3) the ensemble's gold above the single proxy's at the same KL; (4) the whole
+benchmark ≤ 15 minutes on 2 cores, one RL run ≤ 2 minutes on one core. The CPU may be shared: the load average is
+printed with the figures, and CPU seconds beside wall seconds.
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ def goals(res: dict, seeds: list[int], sizes: list[int], wall_s: float, rl_walls
             rise = f["measured_peak_gold"]
             out.append({"seed": s, "peak_gold": rise, "peak_d": f["measured_peak_d"], "final_gold": f["final_gold"],
                         "fall": f["fall"], "proxy_at_peak": f["proxy_at_peak"], "proxy_final": f["proxy_final"],
-                        "holds": rise >= MARGIN and f["fall"] >= MARGIN and f["fall"] >= 0.5 * rise
-                        and f["proxy_final"] > f["proxy_at_peak"]})
+                        "holds": f["measured_peak_d"] > 0 and rise >= MARGIN and f["fall"] >= MARGIN
+                        and f["fall"] >= 0.5 * rise and f["proxy_final"] > f["proxy_at_peak"]})
         return out
 
     g1 = hump(small)

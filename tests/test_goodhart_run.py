@@ -119,6 +119,8 @@ BAD = [
     (["--ensemble-method", "max"], "--ensemble-method", "invalid choice"),
     (["--gold", "gpt"], "--gold", "invalid choice"),
     (["--label-noise", "-1"], "--label-noise", "≥ 0"),
+    (["--bank-near-misses", "1.5"], "--bank-near-misses", "in [0, 1], got 1.5"),
+    (["--bank-near-misses", "-0.1"], "--bank-near-misses", "in [0, 1], got -0.1"),
     (["--seeds", "0", "0"], "--seeds", "repeated"),
     (["--max-new-tokens", "500"], "--max-new-tokens", "in [1, 100]"),
     (["--rl-algo", "dpo"], "--rl-algo", "invalid choice"),
@@ -145,6 +147,60 @@ def test_resume_refuses_other_settings_and_non_runs(tmp_path, capsys):
     (folder / "config.json").write_text(json.dumps({"command": "goodhart", "args": {}, "seeds": [0]}))
     assert workbook_main(["goodhart", "--resume", str(folder), "--pool-size", "8"]) == 2
     assert capsys.readouterr().err.startswith("error: --pool-size: a resumed run keeps its settings")
+
+
+def edits(a: str, b: str) -> int:
+    """Levenshtein distance."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
+
+
+def test_misspell_makes_one_or_two_edits_and_keeps_two_letters():
+    import random
+
+    from workbook.goodhart.measure import misspell
+
+    rng = random.Random(0)
+    for word in ["excellent", "good", "fun", "ok"] * 250:
+        wrong = misspell(word, rng)
+        assert edits(word, wrong) <= 2 and len(wrong) >= 2 and re.fullmatch("[a-z]+", wrong), (word, wrong)
+    seen = [misspell("excellent", random.Random(s)) for s in range(400)]
+    assert sum(w != "excellent" for w in seen) > 350 and len(set(seen)) > 100, "edits of every kind, not one"
+    assert any(len(w) == 8 for w in seen) and any(len(w) == 10 for w in seen) and any(len(w) == 9 != w for w in seen)
+
+
+@pytest.mark.parametrize("share", [0.25, 0.6])
+def test_near_misses_misspell_the_sentiment_word_of_that_share_of_the_bank(share):
+    from workbook.goodhart.measure import WordsGold, near_misses
+
+    gold = WordsGold()
+    prompts = ["the film was", "i", "the plot", "to me, the acting"] * 100
+    completions = [" excellent.", " watched it on a friday.", " was dull and slow", " was superb! a good film"] * 100
+    texts = [p + c for p, c in zip(prompts, completions)]
+    sentiment = gold.vader.lexicon.__contains__
+    out, changed = near_misses(texts, prompts, share, seed=3, sentiment=sentiment)
+    assert changed == sorted(changed) and len(set(changed)) == len(changed)
+    assert int(400 * share) - 40 <= len(changed) <= int(400 * share), "that share, less the edits that change nothing"
+    assert [j for j in range(400) if out[j] != texts[j]] == changed
+    assert out[:] != texts and near_misses(texts, prompts, share, seed=3, sentiment=sentiment) == (out, changed)
+    assert near_misses(texts, prompts, share, seed=4, sentiment=sentiment)[1] != changed, "the seed draws them"
+    assert near_misses(texts, prompts, 0.0, seed=3, sentiment=sentiment) == (texts, [])
+    for j in changed:
+        assert out[j].startswith(prompts[j]), "the opener is never misspelled"
+        before, after = texts[j][len(prompts[j]):].split(), out[j][len(prompts[j]):].split()
+        which = [k for k, (b, a) in enumerate(zip(before, after)) if b != a]
+        assert len(before) == len(after) and len(which) == 1, (texts[j], out[j])
+        word = re.sub("[^a-z]", "", before[which[0]])
+        if j % 4 == 1:  # no sentiment word: any word of three letters or more
+            assert len(word) >= 3
+        else:
+            assert sentiment(word), (texts[j], out[j])
+    hit = [j for j in changed if j % 4 == 0]
+    assert hit and all(gold([out[j]]).item() < gold([texts[j]]).item() - 0.5 for j in hit), "a near-miss costs the gold"
 
 
 def test_the_rl_runs_take_the_rl_algo_and_its_group_size(tmp_path):

@@ -8,7 +8,8 @@ Gao, Schulman & Hilton's synthetic setup, on the review GPT of Part 3:
   in microseconds, it is a fixed function the proxies never change, and it is what the proxies are
   taught to imitate — the stand-in for "what people want".
 - **base samples** (:func:`sample_texts`): completions of the review openers by the pretrained
-  review GPT, each scored by the gold.
+  review GPT, each scored by the gold (optionally a share of them first given a near-miss of their
+  sentiment word, :func:`near_misses`: the lesson the base model's own writing holds too little of).
 - **proxies** (:func:`train_proxy`): Part 3's ``RewardModel`` and ``preference_loss`` (the
   ``--impl``'s, the learner's own code) trained on pairs of base samples labelled by the gold
   (:func:`gold_pairs`: the sample the gold scores higher is "chosen"; optionally Bradley–Terry
@@ -129,6 +130,55 @@ def pool_prompts(n: int, seed: int) -> list[str]:
         if len(seen) == n:
             return seen
     raise ValueError(f"fewer than {n} distinct review openers")
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def misspell(word: str, rng: random.Random) -> str:
+    """``word`` with one edit (two, one time in three): a letter doubled, dropped, changed or added (a two-letter
+    word is not shortened: it gets a letter added) — the kind of near-miss a policy writes once a proxy pays for it."""
+    for _ in range(rng.choice([1, 1, 2])):
+        i = rng.randrange(len(word))
+        kind = rng.choice(["double", "drop", "change", "add"])
+        if kind == "double":
+            word = word[:i] + word[i] + word[i:]
+        elif kind == "drop" and len(word) > 2:
+            word = word[:i] + word[i + 1:]
+        elif kind == "change":
+            word = word[:i] + rng.choice(_LETTERS) + word[i + 1:]
+        else:  # "add", or "drop" on two letters
+            word = word[:i] + rng.choice(_LETTERS) + word[i:]
+    return word
+
+
+def near_misses(texts: list[str], prompts: list[str], share: float, *, seed: int,
+                sentiment: Callable[[str], bool]) -> tuple[list[str], list[int]]:
+    """``texts`` with ``share`` of them (drawn by ``seed``) given a near-miss of a word of their completion:
+    a sentiment word (``sentiment(word)``: VADER scores it) where the completion has one, else any word of
+    three letters or more, misspelled by :func:`misspell`. Returns (the texts, the indices changed).
+
+    Why: the base model misspells too rarely for any number of pairs of its writing to teach a proxy what a
+    misspelled "excellent" is worth, so every proxy, whatever its data, paid for the near-misses a policy finds
+    (docs/goodhart.md: 10× and 100× the pairs, a bank of 20,000 samples, a hotter bank). Labelled by the gold like
+    every other sample, these teach it — more thoroughly the more pairs a proxy sees.
+    """
+    rng = random.Random(9_000 + seed)
+    texts = list(texts)
+    changed = []
+    for j in rng.sample(range(len(texts)), int(len(texts) * share)):
+        text, prompt = texts[j], prompts[j]
+        start = len(prompt) if text.startswith(prompt) else 0
+        words = [(m.start(), m.group()) for m in re.finditer(r"[a-z]+", text[start:]) if len(m.group()) >= 3]
+        if not words:
+            continue
+        at, word = rng.choice([w for w in words if sentiment(w[1])] or words)
+        wrong = misspell(word, rng)
+        if wrong != word:
+            at += start
+            texts[j] = text[:at] + wrong + text[at + len(word):]
+            changed.append(j)
+    return texts, sorted(changed)
 
 
 # --- labels -------------------------------------------------------------------------------------

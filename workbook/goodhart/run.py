@@ -67,6 +67,8 @@ class GoodhartArgs:
     """Adam learning rate of the proxies."""
     bank_samples: int = 2_000
     """Base samples the training pairs are drawn from (and the proxies standardised on)."""
+    bank_near_misses: float = 0.0
+    """Share of the bank's samples given a near-miss of their sentiment word ("excelent") before the gold labels them, the lesson the base model's writing holds too little of (0, the design: its writing as it is; docs/goodhart.md measures 0.25)."""
     heldout_pairs: int = 400
     """Held-out pairs (of other base samples) for each proxy's pair accuracy."""
     pool_prompts: int = 4
@@ -146,6 +148,7 @@ def validate(a: GoodhartArgs, seeds: list[int]) -> None:
                  "eval_samples", "threads"):
         require_at_least(f"--{name.replace('_', '-')}", getattr(a, name), 1)
     require_at_least("--bank-samples", a.bank_samples, 10)
+    require_in("--bank-near-misses", a.bank_near_misses, 0, 1)
     require_at_least("--heldout-pairs", a.heldout_pairs, 1)
     require_at_least("--pool-size", a.pool_size, 2)
     require_in("--max-new-tokens", a.max_new_tokens, 1, 100)
@@ -249,15 +252,21 @@ class Stages:
         out.mkdir(parents=True, exist_ok=True)
 
     def bank(self) -> dict:
-        """Base samples (training and held-out) and their gold scores."""
+        """Base samples (training, ``--bank-near-misses`` of them given a near-miss, and held-out) and their gold scores."""
         path = self.out / "bank.json"
         if path.exists():
             return json.loads(path.read_text())
         a, m, s = self.a, self.m, self.seed
-        texts = m.sample_texts(self.lm, self.tok, m.bank_prompts(a.bank_samples, 2 * s), max_new_tokens=a.max_new_tokens, seed=2 * s)
+        prompts = m.bank_prompts(a.bank_samples, 2 * s)
+        texts = m.sample_texts(self.lm, self.tok, prompts, max_new_tokens=a.max_new_tokens, seed=2 * s)
+        from workbook.lm.reward import VaderScorer
+
+        lexicon = VaderScorer().lexicon
+        texts, changed = m.near_misses(texts, prompts, a.bank_near_misses, seed=s, sentiment=lexicon.__contains__)
         held = m.sample_texts(self.lm, self.tok, m.bank_prompts(2 * a.heldout_pairs, 2 * s + 1),
-                              max_new_tokens=a.max_new_tokens, seed=2 * s + 1)
-        bank = {"texts": texts, "gold": self.gold(texts).tolist(), "heldout": held, "heldout_gold": self.gold(held).tolist()}
+                              max_new_tokens=a.max_new_tokens, seed=2 * s + 1)  # as the base model writes
+        bank = {"texts": texts, "gold": self.gold(texts).tolist(), "near_misses": changed,
+                "heldout": held, "heldout_gold": self.gold(held).tolist()}
         write_json(bank, path)
         return bank
 
