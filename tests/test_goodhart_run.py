@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import runpy
 from pathlib import Path
 
 import pytest
@@ -97,8 +98,6 @@ def test_a_tiny_run_interrupted_then_resumed_writes_the_benchmarks_keys(tmp_path
     assert capsys.readouterr().out == shown, "its fits are made again, of each curve's mean"
 
     # One round of refreshing the smallest proxy (benchmarks/goodhart_refresh.py) reads the finished run, writes elsewhere.
-    import runpy
-
     refresh = runpy.run_path(str(Path(__file__).resolve().parent.parent / "benchmarks" / "goodhart_refresh.py"))["main"]
     before = {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
     assert refresh([str(folder), "--runs-dir", str(folder / "inside"), "--overwrite"]) == 2
@@ -321,3 +320,20 @@ def test_each_curve_is_fitted_on_its_mean_over_the_seeds_on_the_points_every_see
     assert mean[0]["final_d"] == pytest.approx(6.0), "cut to the points every seed has"
     assert mean[0]["measured_peak_d"] == pytest.approx(1.5) and mean[0]["d_peak"] == pytest.approx(math.exp(0.5))
     assert all(f["r2"] < 0.999 for f in fits if f["seed"] in (0, 2))
+
+
+@pytest.mark.parametrize("peak_d, holds", [(2.0, True), (0.0, False)])
+def test_goal_1_asks_for_a_peak_after_the_base_policys_own_batch(peak_d, holds):
+    """A gold whose best point is iteration 1 (the base policy's own batch, above the bank's mean by its noise) and
+    only falls after it bought nothing: no rise, however high that first batch happened to score."""
+    goals = runpy.run_path(str(Path(__file__).resolve().parent.parent / "benchmarks" / "goodhart.py"))["goals"]
+    shape = {"alpha": 0.3, "beta": 0.1, "r2": 0.95, "d_peak": 2.0, "measured_peak_d": peak_d, "measured_peak_gold": 0.3,
+             "final_gold": -0.3, "fall": 0.6, "proxy_at_peak": 1.0, "proxy_final": 3.0, "final_d": 8.0}
+    fits = [{"method": m, "proxy_pairs": n, "ensemble": None, "seed": s, **shape}
+            for m in ("bon", "rl") for n in (10, 30) for s in (0, "mean")]
+    g = goals({"fits": fits, "rl": []}, [0], [10, 30], 1.0, [1.0])
+    assert g["1_rl_gold_falls_smallest_proxy"]["holds"] is holds
+    assert g["1_rl_gold_falls_each_proxy"]["holds"] == {"10": holds, "30": holds}
+    falls = runpy.run_path(str(Path(__file__).resolve().parent.parent / "benchmarks" / "check_figures.py"))["_goodhart_falls"]
+    g["1_rl_gold_falls_each_proxy"]["per_size"]["100"] = g["1_rl_gold_falls_each_proxy"]["per_size"]["30"]  # its 3 sizes
+    assert falls(0.15, 0.4, 1)({"goals": g})[1] is holds, "make check-figures' claim asks the same"
