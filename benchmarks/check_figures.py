@@ -144,7 +144,8 @@ def _goodhart_falls(rise: float, fall: float, seeds: int):
             said.append(f"{n} pairs: " + ", ".join(f"{r['peak_gold']:+.2f} → {r['final_gold']:+.2f} (proxy "
                                                     f"{r['proxy_at_peak']:+.2f} → {r['proxy_final']:+.2f})" for r in rows))
             ok = ok and len(rows) == seeds and all(
-                r["peak_d"] > 0 and r["peak_gold"] >= rise and r["fall"] >= fall and r["final_gold"] < 0 and r["proxy_final"] > r["proxy_at_peak"]
+                r["peak_d"] > 0 and r["peak_gold"] >= rise and r["fall"] >= fall and r["final_gold"] < 0
+                and r["proxy_final"] > r["proxy_at_peak"]
                 for r in rows)
         return "; ".join(said), ok
     return check

@@ -183,7 +183,7 @@ def test_near_misses_misspell_the_sentiment_word_of_that_share_of_the_bank(share
     sentiment = gold.vader.lexicon.__contains__
     out, changed = near_misses(texts, prompts, share, seed=3, sentiment=sentiment)
     assert changed == sorted(changed) and len(set(changed)) == len(changed)
-    assert int(400 * share) - 40 <= len(changed) <= int(400 * share), "that share, less the edits that change nothing"
+    assert round(400 * share) - 40 <= len(changed) <= round(400 * share), "that share, less the edits that change nothing"
     assert [j for j in range(400) if out[j] != texts[j]] == changed
     assert out[:] != texts and near_misses(texts, prompts, share, seed=3, sentiment=sentiment) == (out, changed)
     assert near_misses(texts, prompts, share, seed=4, sentiment=sentiment)[1] != changed, "the seed draws them"
@@ -200,6 +200,17 @@ def test_near_misses_misspell_the_sentiment_word_of_that_share_of_the_bank(share
             assert sentiment(word), (texts[j], out[j])
     hit = [j for j in changed if j % 4 == 0]
     assert hit and all(gold([out[j]]).item() < gold([texts[j]]).item() - 0.5 for j in hit), "a near-miss costs the gold"
+
+
+def test_near_misses_change_the_nearest_whole_number_of_samples(monkeypatch):
+    from workbook.goodhart import measure
+
+    monkeypatch.setattr(measure, "misspell", lambda word, rng: word + "x")  # every edit changes its word
+    texts = [f"the film was excellent number {k}." for k in range(100)]
+    for share, n in [(0.29, 29), (0.5, 50), (0.07, 7), (1.0, 100)]:
+        out, changed = measure.near_misses(texts, ["the film was"] * 100, share, seed=0,
+                                           sentiment=lambda w: w == "excellent")
+        assert len(changed) == n and all(out[j] == texts[j].replace("excellent", "excellentx") for j in changed), share
 
 
 def test_the_rl_runs_take_the_rl_algo_and_its_group_size(tmp_path):

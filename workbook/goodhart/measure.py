@@ -154,9 +154,10 @@ def misspell(word: str, rng: random.Random) -> str:
 
 def near_misses(texts: list[str], prompts: list[str], share: float, *, seed: int,
                 sentiment: Callable[[str], bool]) -> tuple[list[str], list[int]]:
-    """``texts`` with ``share`` of them (drawn by ``seed``) given a near-miss of a word of their completion:
-    a sentiment word (``sentiment(word)``: VADER scores it) where the completion has one, else any word of
-    three letters or more, misspelled by :func:`misspell`. Returns (the texts, the indices changed).
+    """``texts`` with ``share`` of them (the nearest whole number, drawn by ``seed``) given a near-miss of a word of
+    their completion: a sentiment word (``sentiment(word)``: VADER scores it) where the completion has one, else any
+    word of three letters or more, misspelled by :func:`misspell`. Returns (the texts, the indices changed: an edit
+    that gives the word back unchanged is not one).
 
     Why: the base model misspells too rarely for any number of pairs of its writing to teach a proxy what a
     misspelled "excellent" is worth, so every proxy, whatever its data, paid for the near-misses a policy finds
@@ -166,7 +167,7 @@ def near_misses(texts: list[str], prompts: list[str], share: float, *, seed: int
     rng = random.Random(9_000 + seed)
     texts = list(texts)
     changed = []
-    for j in rng.sample(range(len(texts)), int(len(texts) * share)):
+    for j in rng.sample(range(len(texts)), round(len(texts) * share)):  # round: 100 × 0.29 is 28.999…
         text, prompt = texts[j], prompts[j]
         start = len(prompt) if text.startswith(prompt) else 0
         words = [(m.start(), m.group()) for m in re.finditer(r"[a-z]+", text[start:]) if len(m.group()) >= 3]
