@@ -87,6 +87,15 @@ def test_a_tiny_run_interrupted_then_resumed_writes_the_benchmarks_keys(tmp_path
     assert [r["n"] for r in res["bon"] if r["proxy_pairs"] == 4] == [1, 2, 4, 8]
     assert {r["ensemble"] for r in res["rl"]} == {None, "wco"}
     assert (folder / "goodhart.png").stat().st_size > 10_000
+    import matplotlib.figure
+
+    from workbook.goodhart.figure import draw
+
+    titles, suptitle = [], matplotlib.figure.Figure.suptitle
+    monkeypatch.setattr(matplotlib.figure.Figure, "suptitle", lambda fig, t, **kw: titles.append(t) or suptitle(fig, t, **kw))
+    for share in (0.0, 0.25):  # a figure not of the design says so
+        draw(res, tmp_path / f"near{share}.png", run.GoodhartArgs(bank_near_misses=share))
+    assert "near-miss" not in titles[0] and "25% of the proxies' samples given a near-miss" in titles[1], titles
     capsys.readouterr()
     assert workbook_main(["evaluate", str(folder)]) == 0
     shown = capsys.readouterr().out

@@ -68,7 +68,9 @@ def draw(res: dict, path: Path, args) -> None:
     seeds = sorted({r["seed"] for r in res["bon"] + res["rl"]})
     over = (f"seed {seeds[0]}" if len(seeds) == 1 else
             f"seeds {', '.join(map(str, seeds))}: mean, range shaded")  # one seed has no range to shade
-    fig.suptitle(f"Goodhart on the review GPT: gold and proxy against √KL ({over}; Gao et al.'s forms dashed)",
+    misspelled = getattr(args, "bank_near_misses", 0.0)  # not the design: say so on the figure
+    bank = f"; {misspelled:.0%} of the proxies' samples given a near-miss" if misspelled else ""
+    fig.suptitle(f"Goodhart on the review GPT: gold and proxy against √KL ({over}; Gao et al.'s forms dashed{bank})",
                  fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

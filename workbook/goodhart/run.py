@@ -68,7 +68,7 @@ class GoodhartArgs:
     bank_samples: int = 2_000
     """Base samples the training pairs are drawn from (and the proxies standardised on)."""
     bank_near_misses: float = 0.0
-    """Share of the bank's samples given a near-miss of their sentiment word ("excelent") before the gold labels them, the lesson the base model's writing holds too little of (0, the design: its writing as it is; docs/goodhart.md measures 0.25)."""
+    """Share of the bank's samples given a near-miss of their sentiment word ("excelent") before the gold labels them, the lesson the base model's writing holds too little of (0, the design: its writing as it is; docs/goodhart.md measures 0.25). The proxies are standardised on the bank as it is then."""
     heldout_pairs: int = 400
     """Held-out pairs (of other base samples) for each proxy's pair accuracy."""
     pool_prompts: int = 4
