@@ -91,11 +91,17 @@ def test_a_tiny_run_interrupted_then_resumed_writes_the_benchmarks_keys(tmp_path
 
     from workbook.goodhart.figure import draw
 
-    titles, suptitle = [], matplotlib.figure.Figure.suptitle
+    import matplotlib.axes
+
+    titles, suptitle, ylabel = [], matplotlib.figure.Figure.suptitle, matplotlib.axes.Axes.set_ylabel
     monkeypatch.setattr(matplotlib.figure.Figure, "suptitle", lambda fig, t, **kw: titles.append(t) or suptitle(fig, t, **kw))
-    for share in (0.0, 0.25):  # a figure not of the design says so
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_ylabel", lambda ax, t, **kw: titles.append(t) or ylabel(ax, t, **kw))
+    for share in (0.0, 0.25):  # a figure not of the design says so, and what its proxies were standardised on
         draw(res, tmp_path / f"near{share}.png", run.GoodhartArgs(bank_near_misses=share))
-    assert "near-miss" not in titles[0] and "25% of the proxies' samples given a near-miss" in titles[1], titles
+    design, option = titles[:len(titles) // 2], titles[len(titles) // 2:]
+    assert not any("near-miss" in t for t in design) and "proxy score (std. on base samples)" in design, titles
+    assert any("25% of the proxies' samples given a near-miss" in t for t in option), titles
+    assert "proxy score (std. on its bank)" in option, titles
     capsys.readouterr()
     assert workbook_main(["evaluate", str(folder)]) == 0
     shown = capsys.readouterr().out

@@ -64,7 +64,8 @@ def draw(res: dict, path: Path, args) -> None:
         bottom.set_xlabel("√KL(π ‖ π_init)  (√nats)")
         if col == 0:
             top.set_ylabel(f"gold ({res['gold']}) − base")
-            bottom.set_ylabel("proxy score (std. on base samples)")
+            bottom.set_ylabel("proxy score (std. on its bank)" if getattr(args, "bank_near_misses", 0.0) else
+                              "proxy score (std. on base samples)")
     seeds = sorted({r["seed"] for r in res["bon"] + res["rl"]})
     over = (f"seed {seeds[0]}" if len(seeds) == 1 else
             f"seeds {', '.join(map(str, seeds))}: mean, range shaded")  # one seed has no range to shade
