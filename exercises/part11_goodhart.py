@@ -236,7 +236,9 @@ def gao_peak(alpha: float, beta: float, form: str) -> float:
 
     Why it matters: d* is where to stop optimising against this proxy — the early-stopping point
     in KL. Gao et al. find it moves out as the proxy gets more data (α up or β down), which is
-    what ``python -m workbook goodhart`` measures with proxies of three sizes.
+    what ``python -m workbook goodhart`` measures with proxies of three sizes. (Here more of the
+    base model's writing buys a higher peak, not a later one; the peak moves out when the proxies'
+    data hold the hacks' kind, ``--bank-near-misses 0.25``: docs/goodhart.md.)
 
     Traps:
     - α/β is where the bon curve comes back to 0, not its peak: differentiating βd² gives 2βd.
