@@ -106,8 +106,11 @@ def importance_weights(
 
     where a *unit* is a real token in the token modes (its ℓ_t) and a row with at least one real
     token in the sequence modes (its Σ_t ℓ_t). With no unit at all every stat is 0, not NaN.
-    ``ValueError`` for a mode not in :data:`MODES`, or a cap that is not above 0: ``cap <= 0`` or
-    NaN (``nan <= 0`` is False: test ``not cap > 0``, or NaN on its own).
+    The dtype promise holds when the two log-probs differ in dtype too (a float64 or bfloat16
+    sampler): ℓ in the promoted dtype is fine, the weights and stats are the learner's.
+    ``ValueError`` for a mode not in :data:`MODES`, or a cap that is not a positive finite number:
+    ``cap <= 0``, NaN (``nan <= 0`` is False: test ``not cap > 0``, or NaN on its own) or inf —
+    an infinite cap is no cap, and a sequence ratio that overflows would then be an inf weight.
 
     Why a cap: an importance weight is unbiased but its variance grows with how far the two
     policies are apart; one token the sampler gave probability 0.001 and the learner 0.5 gets a
@@ -132,12 +135,13 @@ def importance_weights(
     """
     if mode not in MODES:
         raise ValueError(f"unknown importance-sampling mode {mode!r}; expected one of {', '.join(MODES)}")
-    if not cap > 0:
-        raise ValueError(f"cap must be > 0, got {cap}")
+    if not 0 < cap < float("inf"):                     # False for NaN too
+        raise ValueError(f"cap must be a positive finite number, got {cap}")
     real = mask != 0                                   # bool, whatever the mask's dtype
     zero = torch.zeros((), dtype=learner_logprobs.dtype, device=learner_logprobs.device)
-    # The weights are constants of the loss: no gradient flows through them.
-    log_ratio = torch.where(real, learner_logprobs.detach() - sampler_logprobs.detach(), zero)
+    # The weights are constants of the loss: no gradient flows through them. The learner's dtype whatever the
+    # sampler's (a float64 sampler would promote the difference).
+    log_ratio = torch.where(real, (learner_logprobs.detach() - sampler_logprobs.detach()).to(zero.dtype), zero)
 
     if mode.startswith("token"):
         unit_log_ratio, unit_real = log_ratio, real    # one unit per token

@@ -183,6 +183,26 @@ def test_importance_weights_in_float64_with_an_int_mask(impl, ref, mode):
 
 @pytest.mark.exercise("importance_weights")
 @pytest.mark.parametrize("mode", MODES)
+def test_importance_weights_come_in_the_learners_dtype_whatever_the_samplers(impl, ref, mode):
+    # A float64 sampler beside a float32 learner: learner − sampler promotes to float64, and the promise is the
+    # learner's dtype. The other way round (a float32 sampler beside a float64 learner) the learner's is float64 too.
+    for learner_dtype, sampler_dtype in ((torch.float32, torch.float64), (torch.float64, torch.float32)):
+        learner, sampler, mask = iw_inputs(10, dtype=torch.float64, scale=0.5)
+        learner, sampler = learner.to(learner_dtype), sampler.to(sampler_dtype)
+        call = describe_call("importance_weights", learner, sampler, mask, mode, 2.0)
+        weights, stats = impl.importance_weights(clone(learner), clone(sampler), clone(mask), mode, 2.0)
+        dtypes = {"weights": weights.dtype, **{k: v.dtype for k, v in stats.items() if isinstance(v, torch.Tensor)}}
+        wrong = {k: str(d) for k, d in dtypes.items() if d != learner_dtype}
+        if wrong:
+            raise WrongAnswer(explain(call, f"weights and stats come in the dtype of learner_logprobs ({learner_dtype}), "
+                                            f"whatever the sampler's ({sampler_dtype}); got {wrong}",
+                                      [mistake("importance_weights", "weights_in_the_promoted_dtype")]))
+        check_iw(impl, ref, learner, sampler, mask, mode, 2.0,
+                 what=f" (a {str(learner_dtype)[6:]} learner, a {str(sampler_dtype)[6:]} sampler)")
+
+
+@pytest.mark.exercise("importance_weights")
+@pytest.mark.parametrize("mode", MODES)
 def test_importance_weights_ignore_nan_and_inf_in_the_padding(impl, ref, mode):
     # Positions outside the mask may hold anything: NaN, -inf, +inf. They never reach a weight or a stat.
     learner, sampler, mask = iw_inputs(3, padding="nonfinite")
@@ -343,13 +363,15 @@ def test_importance_weights_and_stats_carry_no_graph(impl, mode):
 @pytest.mark.exercise("importance_weights")
 @pytest.mark.parametrize("mode,cap", [("sequence", 3.0), ("TOKEN_MASK", 3.0), ("", 3.0), ("token_mask", 0.0),
                                       ("sequence_truncate", -1.0), ("sequence_mask", 0.0),
-                                      ("token_truncate", NAN), ("sequence_mask", NAN)])
-def test_importance_weights_reject_an_unknown_mode_or_a_cap_not_above_0(impl, mode, cap):
+                                      ("token_truncate", NAN), ("sequence_mask", NAN),
+                                      ("sequence_truncate", INF), ("token_mask", INF)])
+def test_importance_weights_reject_an_unknown_mode_or_a_cap_not_positive_and_finite(impl, mode, cap):
     # Each case breaks one rule only (a known mode with a bad cap, an unknown mode with a good cap), so a check
-    # that comes after another is reached. A NaN cap passes `cap <= 0` (every comparison with NaN is False).
+    # that comes after another is reached. A NaN cap passes `cap <= 0` (every comparison with NaN is False); an
+    # infinite one passes `not cap > 0`.
     learner, sampler, mask = iw_inputs(9)
-    name = "cap_nan_accepted" if math.isnan(cap) else "bad_arguments_accepted"
-    expect_value_error(impl, "importance_weights", "unknown mode, or a cap <= 0 or NaN",
+    name = "cap_nan_accepted" if math.isnan(cap) else "cap_inf_accepted" if math.isinf(cap) else "bad_arguments_accepted"
+    expect_value_error(impl, "importance_weights", "unknown mode, or a cap <= 0, NaN or inf",
                        [mistake("importance_weights", name)], learner, sampler, mask, mode, cap)
 
 

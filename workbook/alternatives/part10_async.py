@@ -24,11 +24,11 @@ MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 def iw_log_space(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask", cap=3.0):
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode}")
-    if math.isnan(cap) or cap <= 0:
-        raise ValueError("cap must be positive")
+    if math.isnan(cap) or cap <= 0 or math.isinf(cap):
+        raise ValueError("cap must be positive and finite")
     pad = ~mask.bool()
     with torch.no_grad():
-        ell = (learner_logprobs - sampler_logprobs).masked_fill(pad, 0.0)
+        ell = (learner_logprobs - sampler_logprobs).to(learner_logprobs.dtype).masked_fill(pad, 0.0)
         log_cap = math.log(cap)
         if mode in ("token_truncate", "token_mask"):
             unit = ell
@@ -61,8 +61,8 @@ def iw_log_space(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask",
 def iw_loop(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask", cap=3.0):
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode}")
-    if not cap > 0:
-        raise ValueError("cap must be positive")
+    if not cap > 0 or cap == float("inf"):
+        raise ValueError("cap must be positive and finite")
     learner, sampler = learner_logprobs.detach(), sampler_logprobs.detach()
     weights = torch.zeros_like(learner)
     capped, log_ratios, all_weights = [], [], []
@@ -71,7 +71,7 @@ def iw_loop(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask", cap=
         real = mask[b] != 0
         if not bool(real.any()):
             continue
-        ell = learner[b][real] - sampler[b][real]
+        ell = (learner[b][real] - sampler[b][real]).to(learner.dtype)
         if mode.startswith("token"):
             ratio = torch.exp(ell)
             capped += (ratio > cap).tolist()

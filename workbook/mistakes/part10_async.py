@@ -17,11 +17,11 @@ part10 = partial(mistake, "part10_async")
 def _weights(learner, sampler, mask, mode, cap, *, inverted=False, sequence_mean=False, truncate=None, masked_value=0.0,
              ties_capped=False, padding_masked=True, multiply=False, stats_all_positions=False,
              capped_frac_tokens=False, log_ratio_tokens=False, weight_mean_rows=False, detach=True, stats_nan=False,
-             running_product=False, zeroed_by_multiplying=False, exp_over_exp=False):
+             running_product=False, zeroed_by_multiplying=False, exp_over_exp=False, inf_cap=False, promoted=False):
     """The reference's computation with one knob per mistake (defaults: the docstring's rules)."""
     if mode not in _p10.MODES:
         raise ValueError(mode)
-    if not cap > 0:
+    if not (cap > 0 if inf_cap else 0 < cap < float("inf")):
         raise ValueError(cap)
     real = mask != 0
     m = mask.to(learner.dtype)
@@ -29,7 +29,9 @@ def _weights(learner, sampler, mask, mode, cap, *, inverted=False, sequence_mean
     ell = sp - lp if inverted else lp - sp
     if exp_over_exp:                                  # 0/0 = NaN once both log-probs are below about −104 (float32)
         ell = torch.log(torch.exp(lp) / torch.exp(sp))
-    zero = torch.zeros((), dtype=learner.dtype)
+    dtype = torch.result_type(learner, sampler) if promoted else learner.dtype
+    ell = ell.to(dtype)
+    zero = torch.zeros((), dtype=dtype)
     if multiply:
         ell = ell * m                                 # NaN · 0 = NaN on padding
     elif padding_masked:
@@ -60,11 +62,11 @@ def _weights(learner, sampler, mask, mode, cap, *, inverted=False, sequence_mean
         w = torch.where(real, w, zero)
     tokens = real.sum() if not stats_all_positions else torch.tensor(real.numel())
     if capped_frac_tokens and not token:
-        cf = (capped & real).sum().to(learner.dtype) / real.sum().clamp(min=1)
+        cf = (capped & real).sum().to(dtype) / real.sum().clamp(min=1)
     else:
         unit_capped = (torch.exp(unit_ell) >= cap) if ties_capped else (torch.exp(unit_ell) > cap)
         units = unit_real.sum() if not stats_all_positions else torch.tensor(unit_real.numel())
-        cf = (unit_capped & (unit_real | stats_all_positions)).sum().to(learner.dtype) / units.clamp(min=1)
+        cf = (unit_capped & (unit_real | stats_all_positions)).sum().to(dtype) / units.clamp(min=1)
     if log_ratio_tokens and not token:
         lr = torch.where(real, ell, zero).sum() / real.sum().clamp(min=1)
     else:
@@ -77,7 +79,7 @@ def _weights(learner, sampler, mask, mode, cap, *, inverted=False, sequence_mean
         wm = w.sum() / tokens.clamp(min=1)
     stats = {"is/capped_frac": cf, "is/weight_mean": wm, "is/log_ratio_mean": lr}
     if stats_nan:
-        n = real.sum().to(learner.dtype)
+        n = real.sum().to(dtype)
         stats = {"is/capped_frac": cf * real.sum().clamp(min=1) / n if token else cf,
                  "is/weight_mean": w.sum() / n, "is/log_ratio_mean": lr}
     if detach:
@@ -195,7 +197,21 @@ def iw_nan_cap(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask", c
     if cap <= 0:
         raise ValueError(cap)
     # ratio > NaN is False everywhere: the same weights as an infinite cap.
-    return _weights(learner_logprobs, sampler_logprobs, mask, mode, cap if cap == cap else float("inf"))
+    return _weights(learner_logprobs, sampler_logprobs, mask, mode, cap if cap == cap else float("inf"), inf_cap=True)
+
+
+@part10("importance_weights", "cap_inf_accepted",
+        "an infinite cap was accepted (`not cap > 0` lets inf through): that is no cap, and a sequence ratio that "
+        "overflows becomes an inf weight (test `0 < cap < inf`, or math.isfinite)")
+def iw_inf_cap(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask", cap=3.0):
+    return _weights(learner_logprobs, sampler_logprobs, mask, mode, cap, inf_cap=True)
+
+
+@part10("importance_weights", "weights_in_the_promoted_dtype",
+        "the weights and stats came in the dtype learner − sampler promotes to (float64 from a float64 sampler), not in "
+        "the learner's (cast ℓ, or the weights, to learner_logprobs.dtype)")
+def iw_promoted(learner_logprobs, sampler_logprobs, mask, mode="sequence_mask", cap=3.0):
+    return _weights(learner_logprobs, sampler_logprobs, mask, mode, cap, promoted=True)
 
 
 @part10("importance_weights", "sequence_ratio_as_a_running_product",
