@@ -280,6 +280,7 @@ def test_the_calculator_task_with_a_sampler_process_finishes(tmp_path):
     ("rlhf", ["--algo", "dpo", "--samplers", "1"], "--samplers"),
     ("rlhf", ["--algo", "dpo", "--lag", "1"], "--lag"),
     ("reason", ["--is-cap", "0"], "--is-cap"),
+    ("reason", ["--is-cap", "inf"], "--is-cap"),
     ("reason", ["--off-policy-delta", "-1"], "--off-policy-delta"),
     ("reason", ["--correction", "bogus"], "--correction"),
     ("reason", ["--sampler-dtype", "float16"], "--sampler-dtype"),

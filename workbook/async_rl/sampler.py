@@ -160,12 +160,12 @@ def validate_sampling(args) -> None:
     """ConfigError for the first bad Part 10 setting (before anything is loaded or written)."""
     import os
 
-    from workbook.cli import require, require_at_least, require_positive
+    from workbook.cli import require, require_at_least
     from workbook.distributed import seconds_from_env
 
     require_at_least("--samplers", args.samplers, 0)
     require_at_least("--lag", args.lag, 0)
-    require_positive("--is-cap", args.is_cap)
+    require(0 < args.is_cap < float("inf"), "--is-cap", f"must be a positive finite number, got {args.is_cap!r}")
     require_at_least("--off-policy-delta", args.off_policy_delta, 0)
     require(not args.free_running or args.samplers > 0, "--free-running",
             "needs --samplers N (in one process every batch is sampled at its fixed lag)")
