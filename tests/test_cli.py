@@ -58,6 +58,20 @@ def test_a_ctrl_c_no_command_handles_itself_is_one_line_and_exit_130(capsys):
     assert main(["--debug"]) == 130 and "Traceback" in capsys.readouterr().err
 
 
+def test_a_ctrl_c_while_a_command_still_imports_is_one_line_and_exit_130(capsys, monkeypatch):
+    """Before the command's own handler exists: Ctrl-C in the first seconds, while torch loads, was a traceback."""
+    import importlib
+
+    from workbook import __main__ as cli
+
+    def interrupted(name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib, "import_module", interrupted)
+    assert cli.main(["goodhart", "--seeds", "0"]) == 130
+    assert capsys.readouterr().err == "interrupted (Ctrl-C) while starting: nothing was written\n"
+
+
 def test_unknown_command_is_named_with_the_list_of_commands():
     proc = run("bogus")
     assert proc.returncode == 2 and proc.stdout == ""

@@ -107,6 +107,11 @@ def test_a_tiny_run_interrupted_then_resumed_writes_the_benchmarks_keys(tmp_path
     shown = capsys.readouterr().out
     assert "peak √KL" in shown and "gold: vader-words" in shown
     assert sum(" bon " in line or " rl " in line for line in shown.splitlines()) == 5, "one row per curve"
+    # An RL run of it, evaluated on its own: its samples again, scored by the gold too; the reward it was trained on
+    # was the proxy's, so its "reward" is not compared with VADER's (which said DIFFERENT every time).
+    assert workbook_main(["evaluate", str(folder / "seed0" / "rl" / "pairs4")]) == 0
+    said = capsys.readouterr().out
+    assert "gold (vader-words) of these samples" in said and said.rstrip().endswith("— reproduced"), said
     written_before = dict(res, fits=[dict(f, seed="all") for f in res["fits"] if f["seed"] == "mean"])
     (folder / "results.json").write_text(json.dumps(written_before))  # a run from before the fits were of the mean
     assert workbook_main(["evaluate", str(folder)]) == 0
@@ -141,6 +146,9 @@ BAD = [
     (["--rl-algo", "rloo", "--rl-group-size", "1"], "--rl-group-size", "≥ 2"),
     (["--rl-algo", "grpo", "--rl-group-size", "5"], "--rl-group-size", "5 does not divide --rl-batch-size = 64"),
     (["--rl-algo", "grpo", "--rl-group-size", "4", "--rl-batch-size", "6"], "--rl-group-size", "does not divide"),
+    # 219 samples give 219·218/4 = 11,935 pairs, 220 give 12,045: the defaults' 12,000 need 220.
+    (["--bank-samples", "219"], "--bank-samples", "at most 11935 distinct pairs; --proxy-pairs 1000,3000,10000 and "
+                                                  "--ensemble 3 need 12000 (at least 220 samples)"),
 ]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from workbook.runs import INTERRUPTED
+
 # command -> (module with main(argv) -> int, one-line help). Imported lazily: `grade`
 # should not pay for importing gymnasium or the language model.
 COMMANDS = {
@@ -36,7 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: command: unknown command {argv[0]!r} (commands: {', '.join(COMMANDS)}; "
               "python -m workbook --help describes them)", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[argv[0]][0])
+    try:  # Ctrl-C while the command's modules (torch, ...) still load: one line, as every command says it
+        module = importlib.import_module(COMMANDS[argv[0]][0])
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C) while starting: nothing was written", file=sys.stderr)
+        return INTERRUPTED
     return module.main(argv[1:]) or 0
 
 

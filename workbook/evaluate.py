@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import os
 import sys
 import time
@@ -231,7 +232,6 @@ def evaluate_lm(run_dir: Path, state: dict, options: Any, *, model: Any = None, 
     With the run's ``eval_samples`` prompts and seed, the figures are the training run's "after"
     (a reason run: pass@1 and pass@k on its held-out problems).
     """
-    import json
 
     from workbook import distributed
     from workbook.loop.algorithms import make_algorithm
@@ -283,12 +283,37 @@ def evaluate_lm(run_dir: Path, state: dict, options: Any, *, model: Any = None, 
               flush=True)
         for text, score in zip(result["texts"], result["scores"]):
             print(f"  {score:+.2f}  {text}")
+        proxy_run = bool(after) and "gold" in after  # an RL run of `goodhart`: trained against a proxy, gold logged
+        if proxy_run:
+            gold = goodhart_gold(run_dir)
+            result["gold"] = gold(result["texts"]).mean().item()
+            print(f"the goodhart run's gold ({gold.name}) of these samples: {result['gold']:+.3f}; the reward above is "
+                  "VADER's, Part 3's, which reads a near-miss as neutral — the run was trained against a proxy")
         if after and n == args.eval_samples and seed == args.seed + 777 and state["status"] == "finished":
-            keys = [key for key, _, _ in task.headline if key in after]
+            # A goodhart run's "reward" was its proxy's score: compare what does not depend on the scorer, and its gold.
+            keys = [key for key, _, _ in task.headline if key in after and not (proxy_run and key == "reward")]
+            keys += ["gold"] if proxy_run else []
             same = all(abs(result[key] - after[key]) <= 1e-6 * max(1.0, abs(after[key])) for key in keys)
-            print("the training run's final evaluation (same prompts and seed): " + headline(task, after) + " — "
+            said = (f"proxy {after['reward']:+.3f}  " + headline(task, {k: v for k, v in after.items() if k != "reward"})
+                    + f"  gold {after['gold']:+.3f}") if proxy_run else headline(task, after)
+            print("the training run's final evaluation (same prompts and seed): " + said + " — "
                   + ("reproduced" if same else "DIFFERENT (was the policy rebuilt with other code? see --impl)"))
     return 0
+
+
+def goodhart_gold(run_dir: Path):
+    """The gold of the goodhart run an RL run folder belongs to (``<run>/seed<S>/rl/<proxy>``; its config names it),
+    with a ``name``; vader-words, the command's default, where the folder has been moved out of its run."""
+    from workbook.goodhart.measure import gold_scorer
+
+    config = run_dir.parent.parent.parent / "config.json"
+    try:
+        name = json.loads(config.read_text())["args"]["gold"]
+    except (OSError, ValueError, KeyError, TypeError):
+        name = "vader-words"
+    gold = gold_scorer(name)
+    gold.name = name
+    return gold
 
 
 if __name__ == "__main__":

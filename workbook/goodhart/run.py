@@ -94,7 +94,7 @@ class GoodhartArgs:
     rl_learning_rate: float = 2.5e-4
     """The RL optimiser's Adam learning rate (Part 3's PPO's)."""
     rl_kl_coef: float = 0.0
-    """The KL penalty β (0: none, as Gao et al.'s frontier does not depend on it; PPO's and RLOO's in the reward, GRPO's in the loss)."""
+    """The KL penalty β (0: none, so that the gold's fall comes within the run — Gao et al. found a penalty moves a run along its frontier; here β = 0.1 lifted PPO's, docs/goodhart.md; PPO's and RLOO's in the reward, GRPO's in the loss)."""
     rl_ent_coef: float = 0.03
     """The entropy bonus (Part 3's PPO's)."""
     eval_samples: int = 32
@@ -163,7 +163,9 @@ def validate(a: GoodhartArgs, seeds: list[int]) -> None:
         require_divides("--rl-group-size", a.rl_group_size, "--rl-batch-size", a.rl_batch_size)
     most = a.bank_samples * (a.bank_samples - 1) // 4  # distinct pairs, with room for gold ties
     need = sizes[-1] + (max(a.ensemble, 1) - 1) * sizes[0]
-    require(need <= most, "--proxy-pairs", f"{need} pairs in all need more than --bank-samples {a.bank_samples} samples")
+    require(need <= most, "--bank-samples", f"{a.bank_samples} samples give at most {most} distinct pairs; --proxy-pairs "
+            f"{a.proxy_pairs} and --ensemble {a.ensemble} need {need} (at least "
+            f"{math.ceil((1 + math.sqrt(1 + 16 * need)) / 2)} samples)")
     from workbook.loop.rlhf import validate as validate_rl
 
     validate_rl(rl_args(a, seeds[0], Path(a.runs_dir), "rl", False))  # the loop's own checks, before anything is written
@@ -377,7 +379,7 @@ class Stages:
                             progress=progress, resume=resume)
         rows = read_metrics(run_dir)
         if rows:
-            self.say(f"seed {self.seed}: RL against {name}: {len(rows)} iterations, KL {rows[-1]['objective/kl']:.1f}, "
+            self.say(f"seed {self.seed}: RL against {name}: {len(rows)} iteration{'s' * (len(rows) != 1)}, KL {rows[-1]['objective/kl']:.1f}, "
                      f"proxy {rows[-1]['env/reward_mean']:+.2f}, gold {rows[-1]['env/gold_mean']:+.3f} "
                      f"({time.perf_counter() - t0:.0f} s)")
         return rows, result.get("status", "finished")
@@ -482,23 +484,37 @@ def results(a: GoodhartArgs, seeds: list[dict]) -> dict:
 
 
 def print_table(res: dict) -> None:
-    print(f"\ngold: {res['gold']}; Gao's forms fitted to each curve's mean over the seeds")
-    print(f"{'proxy':<14}{'held-out acc':>14}{'fit':>6}{'α':>8}{'β':>8}{'R²':>7}{'peak √KL':>10}")
-    acc = {}
+    seeds = sorted({p["seed"] for p in res["proxies"]})
+    print(f"\ngold: {res['gold']}; Gao's forms fitted to each curve's mean over the seeds ({', '.join(map(str, seeds))}); "
+          "gold relative to the base policy's")
+    print(f"{'proxy':<14}{'held-out acc':>14}{'fit':>5}{'α':>8}{'β':>8}{'R²':>6}{'peak √KL':>10}"
+          f"{'gold at its peak (√KL)':>24}{'gold at the end':>17}")
+    acc, members = {}, {}
     for p in res["proxies"]:
-        if p["member"] == 0:
-            acc.setdefault(p["pairs"], []).append(p["heldout_accuracy"])
+        (acc if p["member"] == 0 else members).setdefault(p["pairs"], []).append(p["heldout_accuracy"])
+
+    def span(values: list[float]) -> str:
+        lo, hi = min(values), max(values)
+        return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"
+
     for f in res["fits"]:
         if f["seed"] != "mean":
             continue
         name = f"{f['proxy_pairs']} pairs" + (f" {f['ensemble']}" if f.get("ensemble") else "")
-        a = acc.get(f["proxy_pairs"], [float("nan")])
+        # An ensemble's row: its members' accuracies (the single proxy of its size and the others).
+        a = acc.get(f["proxy_pairs"], []) + (members.get(f["proxy_pairs"], []) if f.get("ensemble") else [])
+        a = span(a) if a else "—"
         if f["alpha"] is None:
-            print(f"{name:<14}{min(a):>7.2f}–{max(a):.2f}{f['method']:>6}   no fit: {f['no_fit']}")
+            print(f"{name:<14}{a:>14}{f['method']:>5}   no fit: {f['no_fit']}")
             continue
-        peak = "none" if f["d_peak"] is None else f"{f['d_peak']:.2f}"
-        print(f"{name:<14}{min(a):>7.2f}–{max(a):.2f}{f['method']:>6}{f['alpha']:>8.3f}{f['beta']:>8.3f}{f['r2']:>7.2f}"
-              f"{peak:>10}")
+        peak = "never" if f["d_peak"] is None else f"{f['d_peak']:.2f}"
+        measured = (f"{f['measured_peak_gold']:+.2f} ({f['measured_peak_d']:.2f})"
+                    if f.get("measured_peak_gold") is not None else "—")
+        end = f"{f['final_gold']:+.2f}" if f.get("final_gold") is not None else "—"
+        print(f"{name:<14}{a:>14}{f['method']:>5}{f['alpha']:>8.3f}{f['beta']:>8.3f}{f['r2']:>6.2f}{peak:>10}"
+              f"{measured:>24}{end:>17}")
+    print("peak √KL: where the fitted form turns down (never: β ≤ 0, it only rises); the last two columns are measured, "
+          "on the mean curve")
 
 
 @command
@@ -594,7 +610,7 @@ def evaluate_run(run_dir: Path) -> int:
             raise stub_error(impl, "exercises/part11_goodhart.py") from None
     print_table(res)
     print(f"figure: {run_dir / 'goodhart.png'}; each RL run (seed<S>/rl/<proxy>/) is an rlhf run folder: "
-          f"python -m workbook evaluate {run_dir}/seed<S>/rl/<proxy> scores its policy with VADER (Part 3's reward)")
+          f"python -m workbook evaluate {run_dir}/seed<S>/rl/<proxy> samples its policy again, with its gold")
     return 0
 
 
