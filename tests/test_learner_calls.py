@@ -70,14 +70,15 @@ def test_a_stub_the_run_would_reach_is_one_line_before_anything_starts(module, s
     assert not (tmp_path / "runs").exists()
 
 
-def test_every_stub_of_the_first_part_is_named_and_the_later_parts_counted(filled, nothing_starts, plant_stub, tmp_path,
+def test_every_stub_of_the_first_part_is_named_and_the_later_parts_too(filled, nothing_starts, plant_stub, tmp_path,
                                                                           capsys):
     for name in ("importance_weights", "sampling_version"):
         plant_stub(ex10, name)
     plant_stub(ex7, "clip_higher_loss")
     assert reasoning.main(["--impl", "exercises", "--runs-dir", str(tmp_path), "--samplers", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert err == stub_line(["clip_higher_loss"], "part7_reasoning") + "; the run also reaches stubs in Part 10\n"
+    assert err == (stub_line(["clip_higher_loss"], "part7_reasoning")
+                   + "; the run also reaches stubs in Part 10 (importance_weights, sampling_version)\n"), err
 
 
 @pytest.mark.parametrize("stub,options", [("importance_weights", ["--samplers", "1", "--correction", "none"]),

@@ -171,12 +171,13 @@ def stub_error(impl: str, fallback_file: str, removed: Path | None = None, *,
     and the test file that shows which are done; ``fallback_file`` when no frame is in exercises/.
     ``removed``: the empty run folder that was removed (said so, so no printed path is left dangling).
     ``found``: the stubs a check before the run found, as (file, dotted name), instead of a traceback:
-    the first part's are named, and how many more the later parts hold.
+    the first part's are named with their file, then the later parts' stubs.
     """
     if found:
         file = found[0][0]
         names = [name for f, name in found if f == file]
-        later = sorted({part_title(f) for f, _ in found if f != file}, key=lambda t: int(t.split()[-1]) if t[-1].isdigit() else 0)
+        others = sorted({f for f, _ in found if f != file}, key=lambda f: int(t.split()[-1]) if (t := part_title(f))[-1].isdigit() else 0)
+        later = [f"{part_title(f)} ({', '.join(n for g, n in found if g == f)})" for f in others]
     else:
         where = [(f"exercises/{Path(frame.f_code.co_filename).name}", getattr(frame.f_code, "co_qualname", frame.f_code.co_name))
                  for frame, _ in traceback.walk_tb(sys.exc_info()[2])
