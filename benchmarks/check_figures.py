@@ -167,12 +167,6 @@ def _goodhart_peak_gold(out: dict) -> tuple[str, bool]:
     return said, len(g["peak_gold"]["rl"]) >= 3 and all(g["holds"].values())
 
 
-def _goodhart_time(out: dict) -> tuple[str, bool]:
-    t = out["goals"]["4_time"]
-    said = f"whole benchmark {t['wall_s'] / 60:.1f} min, longest RL run {t['longest_rl_run_s']:.0f} s"
-    return said, t["holds"]
-
-
 SOURCES = {
     "base": Source(("benchmarks/base_models.py", "--shipped", "--tasks", "addition", "multiplication", "calculator"), 2),
     "dapo-seed0": Source(("benchmarks/reasoning.py", "--tasks", "addition", "--algos", "dapo", "--seeds", "0",
@@ -226,7 +220,7 @@ CLAIMS = (
           "rises by at least 0.15, then falls by at least 0.4 and ends below the base policy's, while the proxy keeps "
           "rising", ("README.md", "docs/goodhart.md"), "goodhart-3", _goodhart_falls(0.15, 0.4, 3), slow=True),
     Claim("goodhart-peak-gold", "on every kernel set, over seeds 0–2: the gold at the peak of the mean curve rises with "
-          "the proxy's data, for best-of-n and for RL (the √KL of the peak does not move)", ("docs/goodhart.md",),
+          "the proxy's data, for best-of-n and for RL", ("docs/goodhart.md",),
           "goodhart-3", _goodhart_peak_gold, slow=True),
     Claim("atari-goal", "Breakout reaches ≥ 8.5 points (5× random play) in 15 minutes on every seed measured",
           ("README.md", "docs/atari.md"), "atari", _atari, slow=True),
