@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -46,20 +45,11 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from workbook.cli import add_seeds_option, make_parser, require, require_unique_seeds  # noqa: E402
-from workbook.runs import command  # noqa: E402
+from workbook.runs import command, cpu_name  # noqa: E402
 
 TASKS = ("review", "addition", "multiplication", "calculator")
 
 
-def cpu_name() -> str:
-    """The processor's model name (Linux), else what platform knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 KERNELS = ("native", "default", "avx2", "avx512")
 
 

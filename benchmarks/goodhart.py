@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     res = {"gold": per_seed[0]["results"]["gold"], "rl_algo": args.rl_algo,
            **{k: [row for s in per_seed for row in s["results"][k]] for k in ("proxies", "bon", "rl")}}
     res["fits"] = fit_rows(load_part11(options.impl), res["bon"], res["rl"])
-    draw(res, Path(options.runs_dir) / "goodhart.png", args)
+    draw(res, Path(options.runs_dir) / "goodhart.png", args, source="benchmarks/goodhart.py")
     rl_wall = [w for s in per_seed for w in s["rl_wall_s"].values() if w is not None]
     res["goals"] = goals(res, options.seeds, args.sizes(), wall_s, rl_wall)
     res.update({"seeds": options.seeds, "wall_s": wall_s, "cpu_s": cpu_s, "rl_wall_s": rl_wall,

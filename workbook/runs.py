@@ -278,6 +278,19 @@ def check_no_stubs(impl: str, calls: dict[str, list[str]]) -> None:
         raise stub_error(impl, found[0][0], found=found)
 
 
+def cpu_name() -> str:
+    """The processor's model name (Linux), else what platform knows: the machine a figure's times come from."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 # --- wandb -------------------------------------------------------------------------------
 
 def _first_line(error: BaseException) -> str:

@@ -3,7 +3,8 @@
 Top row: the gold (``results['gold']``, relative to the base policy) of best-of-n (blue) and RL (orange; the
 ensemble's RL run green, in the smallest proxy's column), the mean over seeds solid, the seeds' range
 shaded, Gao's form fitted to that mean curve dashed. Bottom row: the proxy's own score (standardised on
-the base samples) of the same policies — it keeps rising where the gold turns.
+the base samples) of the same policies — it keeps rising where the gold turns; the ensemble's is its aggregate
+(WCO: the lowest standardised member), which starts below 0. A footer names the command and the machine.
 """
 
 from __future__ import annotations
@@ -20,8 +21,14 @@ COLOURS = {"bon": "tab:blue", "rl": "tab:orange", "ensemble": "tab:green"}
 ALGO_NAMES = {"ppo": "PPO", "rloo": "RLOO", "grpo": "GRPO"}
 
 
-def draw(res: dict, path: Path, args) -> None:
+def draw(res: dict, path: Path, args, source: str = "python -m workbook goodhart") -> None:
+    """``source``: the command or script that made ``res``, named in the figure's footer with the machine it ran on."""
+    import os
+
     import matplotlib
+    import torch
+
+    from workbook.runs import cpu_name
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -48,7 +55,8 @@ def draw(res: dict, path: Path, args) -> None:
             x, r, rlo, rhi, p, plo, phi = mean_curve(by_seed)
             top.plot(x, r, color=colour, label=label, marker="." if method == "bon" else None)
             top.fill_between(x, rlo, rhi, color=colour, alpha=0.2, linewidth=0)
-            bottom.plot(x, p, color=colour, label=label)
+            # An ensemble's proxy score is what its RL run maximised: the aggregate of the standardised members.
+            bottom.plot(x, p, color=colour, label=f"{label}: its {ensemble} score" if ensemble else label)
             bottom.fill_between(x, plo, phi, color=colour, alpha=0.2, linewidth=0)
             f = fits.get(key)
             if f is not None and f["alpha"] is not None:
@@ -64,6 +72,7 @@ def draw(res: dict, path: Path, args) -> None:
         top.legend(fontsize=7)
         bottom.set_xlabel("√KL(π ‖ π_init)  (√nats)")
         if col == 0:
+            bottom.legend(fontsize=7)
             top.set_ylabel(f"gold ({res['gold']}) − base")
             bottom.set_ylabel(f"proxy score (std. on {'its bank' if misspelled else 'base samples'})")
     seeds = sorted({r["seed"] for r in res["bon"] + res["rl"]})
@@ -72,7 +81,11 @@ def draw(res: dict, path: Path, args) -> None:
     bank = f"; {misspelled:.0%} of the proxies' samples given a near-miss" if misspelled else ""
     fig.suptitle(f"Goodhart on the review GPT: gold and proxy against √KL ({over}; Gao et al.'s forms dashed{bank})",
                  fontsize=10)
-    fig.tight_layout()
+    kernels = os.environ.get("ATEN_CPU_CAPABILITY") or "the machine's best"
+    fig.text(0.99, 0.005, f"{source}; torch {torch.__version__}, CPU kernels: {kernels}; "
+             f"{cpu_name()}, {os.cpu_count()} CPUs", ha="right", va="bottom",
+             fontsize=6, color="grey")
+    fig.tight_layout(rect=(0, 0.015, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
