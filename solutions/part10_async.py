@@ -295,7 +295,8 @@ def sampling_version(batch: int, lag: int) -> int:
     makes an asynchronous run give bit-for-bit the same result for a seed, and lets you measure
     what staleness k alone does to learning.
 
-    Trap: the first batches have no version i − k < 0 to wait for: they use version 0.
+    Trap: the first batches have no version i − k < 0 to wait for: they use version 0 — the
+    int 0, not ``False`` (``batch > lag and batch - lag`` returns ``False`` there).
     """
     if batch < 0 or lag < 0:
         raise ValueError(f"batch and lag must be >= 0, got batch={batch}, lag={lag}")

@@ -119,8 +119,10 @@ def calculate(expression: str) -> str:
 
     Every other input returns a string that starts with ``"error: "`` followed by a short reason
     in the tool's own words (which reason is yours to choose; the tests read only the prefix, that
-    a reason follows it, and that the reason does not echo the expression back, nor a piece of it
-    such as a number it holds, whichever check below finds the fault — see :func:`tool_reply`).
+    a reason follows it, and that the reason does not echo the expression back, whichever check
+    below finds the fault — see :func:`tool_reply`). An echo is any piece of the expression of six
+    characters or more, or three or more of its digits in a row (a number it holds, or part of
+    one); a shorter piece is no echo, so a reason may name a limit such as 9 or 32.
     Errors, each checked so that no input costs more than microseconds:
 
     - longer than :data:`MAX_CHARS` characters (checked before anything else);
@@ -248,16 +250,17 @@ def agent_loss_mask(
     ``responses[b]`` is everything after episode b's prompt — the model's tokens and the tool's,
     interleaved, in order — and ``by_model[b]`` (same length, bool) is True where the model
     wrote the token. Returns ``(mask, truncated)`` as Part 7's :func:`completion_mask` does
-    (float32 ``[batch, resp]``, right-padded to the longest episode; bool ``[batch]``), except
-    that the tool's tokens are 0 in the mask:
+    (float32 ``[batch, resp]``, right-padded to the longest episode — ``resp`` is 0 when every
+    episode is empty; bool ``[batch]``), except that the tool's tokens are 0 in the mask:
 
         mask[b, t] = 1.0  if t < len(responses[b]) and by_model[b][t]
                            (and, with ``mask_truncated``, episode b finished with EOS)
                      0.0  otherwise
 
     ``truncated[b]``: episode b does not end with ``eos_id`` (cut off by the token or the turn
-    budget) — its last id decides, whoever wrote it, and an EOS earlier in the episode ends
-    nothing. Use your ``completion_mask`` for the lengths and the truncation; then keep the
+    budget; an empty episode never ended) — its last id decides, whoever wrote it, and an EOS
+    earlier in the episode ends nothing. ``eos_id`` may be any id, 0 included (some tokenizers'
+    EOS is 0). Use your ``completion_mask`` for the lengths and the truncation; then keep the
     model's tokens only.
 
     Why: a token the tool wrote is not an action. Training on it asks the model to *have
@@ -270,7 +273,10 @@ def agent_loss_mask(
     - ``by_model`` is a list of 1-D tensors of different lengths: pad it, don't stack it.
     - The tool's last token can end a truncated episode; the EOS the model writes is the model's
       (1 in the mask): its choice to stop is trained like any other.
-    - ``ValueError`` if a ``by_model[b]`` is not as long as ``responses[b]`` or the lists differ in length.
+    - Read each episode's last id from the episode itself, not from a batch padded with 0: with
+      ``eos_id = 0`` the padding of an empty episode would look like its EOS.
+    - ``ValueError`` if a ``by_model[b]`` is not as long as ``responses[b]`` (each row: equal totals
+      are not enough) or the lists differ in length.
     """
     if len(responses) != len(by_model):
         raise ValueError(f"{len(responses)} responses but {len(by_model)} by_model flags")

@@ -673,9 +673,12 @@ def test_sampling_version_is_batch_minus_lag_from_zero(impl, ref, lag):
         expected = max(0, batch - lag)
         assert ref.sampling_version(batch, lag) == expected
         got = impl.sampling_version(batch, lag)
-        if got != expected or not isinstance(got, int):
-            raise WrongAnswer(explain(f"sampling_version({batch}, {lag})", f"expected {expected} (max(0, batch − lag)), got {got!r}",
-                                      matching_mistakes(PART, "sampling_version", lambda fn: fn(batch, lag), got, rtol=0, atol=0)))
+        if got != expected or type(got) is not int:  # exactly an int: False == 0, and isinstance(False, int) is True
+            labels = ([mistake("sampling_version", "and_returns_false")] if type(got) is bool else
+                      matching_mistakes(PART, "sampling_version", lambda fn: fn(batch, lag), got, rtol=0, atol=0))
+            raise WrongAnswer(explain(f"sampling_version({batch}, {lag})",
+                                      f"expected the int {expected} (max(0, batch − lag)), got {got!r} ({type(got).__name__})",
+                                      labels))
 
 
 @pytest.mark.exercise("sampling_version")
@@ -693,7 +696,7 @@ def test_may_sample_allows_exactly_the_staleness_bound(impl, ref, max_staleness)
             expected = batch - version <= max_staleness
             assert ref.may_sample(batch, version, max_staleness) is expected
             got = impl.may_sample(batch, version, max_staleness)
-            if got != expected or not isinstance(got, bool):
+            if got != expected or type(got) is not bool:
                 raise WrongAnswer(explain(f"may_sample({batch}, {version}, {max_staleness})",
                                           f"expected {expected} (staleness {batch - version}, allowed 0 … {max_staleness}), got {got!r}",
                                           matching_mistakes(PART, "may_sample", lambda fn: fn(batch, version, max_staleness),

@@ -5,7 +5,8 @@ Strings are compared with the reference on named cases and on hypothesis-generat
 fragments, the calculator's alphabet and beyond, expressions drawn from the grammar with an
 independent oracle); every bound of the calculator is tried exactly at its limit and one past
 it. The calculator runs with ``eval``, ``exec`` and ``compile`` booby-trapped, and each call is
-timed in CPU seconds: hostile strings must come back as errors in milliseconds. A wrong answer
+timed in CPU seconds: hostile strings must come back as errors in milliseconds, and 16 million
+digits in a small share of one regex pass over them (the length is checked first). A wrong answer
 names the known mistake it looks like (workbook/mistakes/part9_agents.py).
 """
 
@@ -14,7 +15,10 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import gc
+import math
 import random
+import re
 import sys
 import time
 
@@ -98,11 +102,11 @@ def no_eval():
         ast.literal_eval = saved_literal_eval
 
 
-def run_calculate(impl, expression: str) -> tuple[str, float]:
-    """The learner's calculate(expression) and its CPU seconds; eval, an exception or a non-string fails."""
+def run_calculate(impl, expression: str, clock=time.process_time) -> tuple[str, float]:
+    """The learner's calculate(expression) and its CPU seconds by ``clock``; eval, an exception or a non-string fails."""
     call = f"calculate({short(expression)})"
     with no_eval() as calls:
-        start = time.process_time()
+        start = clock()
         try:
             out = impl.calculate(expression)
         except NotImplementedError:
@@ -114,7 +118,7 @@ def run_calculate(impl, expression: str) -> tuple[str, float]:
             raise WrongAnswer(explain(call, f"raised {type(e).__name__}: {str(e)[:200]} — the tool must never raise: "
                                             "every failure is an error string the model reads",
                                       [mistake("calculate", "raises_on_bad_input")])) from None
-        elapsed = time.process_time() - start
+        elapsed = clock() - start
     if calls:
         raise WrongAnswer(explain(call, f"called {calls[0]}() — the policy's text is untrusted code: parse it, never "
                                         "evaluate it with eval/exec/compile/ast.literal_eval",
@@ -314,10 +318,11 @@ ECHO_PAST_THE_CHARACTER_FILTER = {
     "a value too big along the way": "7352918*7352918-7352918",
 }
 ECHO_PIECE = 6
-"""The shortest piece of the expression that counts as an echo: a reason may quote an operator or a bracket."""
+"""The shortest piece of the expression that counts as an echo (the docstring: "any piece of the expression of six
+characters or more"): a reason may quote an operator or a bracket."""
 ECHO_DIGITS = 3
-"""The shortest run of the expression's digits that counts as an echo: a number the expression holds, or part of one
-(the docstring: "nor a piece of it such as a number it holds"); a reason may still name a limit such as 9 or 32."""
+"""The shortest run of the expression's digits that counts as an echo (the docstring: "or three or more of its digits in
+a row (a number it holds, or part of one)"); a reason may still name a limit such as 9 or 32."""
 
 
 def echoed_piece(expression: str, reason: str) -> str | None:
@@ -434,6 +439,69 @@ def test_calculate_returns_an_error_quickly_on_hostile_strings(impl, ref, name):
     if not is_error(got):
         raise WrongAnswer(explain(f"calculate({short(expression)})", f"expected an error, got {got!r:.100}",
                                   diagnose("calculate", got, expression) if len(expression) <= 40 else []))
+
+
+# --- calculate: the length, checked before anything else -----------------------------------
+
+LONG = 2**24
+"""The characters of the expression that shows whether calculate() reads its input before checking its length:
+16 MiB (a str of ASCII digits takes a byte a character), well within a CI machine's memory."""
+ALLOWED_RUN = re.compile(r"[0-9+*()-]+")
+"""One pass over the expression at C speed: the cheapest character filter a calculator would run (``set()``,
+``str.strip`` or a generator are slower, per character)."""
+SCAN_SHARE = 8
+"""A calculator that checks the length first costs less than 1/SCAN_SHARE of one ALLOWED_RUN pass over LONG
+characters (it costs microseconds; the pass, tens of milliseconds)."""
+FLOOR_S = 0.002
+"""...and never fails under 2 ms of CPU time, however fast the machine's pass: a length check costs about 1 µs."""
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """No garbage collection while a call is timed: a collection's milliseconds are not the call's."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def timed(fn, *args) -> float:
+    """This thread's CPU seconds for fn(*args)."""
+    start = time.thread_time()
+    fn(*args)
+    return time.thread_time() - start
+
+
+@pytest.mark.exercise("calculate")
+def test_calculate_checks_the_length_before_reading_the_expression(impl):
+    # "longer than MAX_CHARS characters (checked before anything else)": on 16 million digits, calculate() must not
+    # read them — not even with a regex at C speed, which the hostile strings' 50 ms allow (ten million digits take
+    # about 14 ms). The bar is relative, not a clock's: the same string's regex pass, timed here, moves with the
+    # machine. Both are timed in this thread's CPU seconds (thread_time: no other thread's work, no waiting), the
+    # garbage collector off, the best of three tries (one, when the first is a full pass's worth).
+    expression = "7" * LONG
+    with gc_paused():
+        scan = min(timed(ALLOWED_RUN.fullmatch, expression) for _ in range(3))
+        limit = max(FLOOR_S, scan / SCAN_SHARE)
+        took = math.inf
+        for _ in range(3):
+            out, elapsed = run_calculate(impl, expression, clock=time.thread_time)
+            took = min(took, elapsed)
+            if took <= limit or took > scan / 2:  # within the bar, or a full pass's worth: no hiccup does that
+                break
+    if took > limit:
+        raise WrongAnswer(explain(f"calculate({short(expression)})",
+                                  f"took {took * 1000:.1f} ms of CPU time (the best of up to three tries) — one regex "
+                                  f"pass over the same characters takes {scan * 1000:.1f} ms, and a length check costs "
+                                  f"microseconds (the bar: {limit * 1000:.1f} ms): the expression was read before its "
+                                  "length was checked, which the docstring puts before anything else",
+                                  [mistake("calculate", "character_filter_before_length_check"),
+                                   mistake("calculate", "length_checked_last")]))
+    if not is_error(out):
+        raise WrongAnswer(explain(f"calculate({short(expression)})", f"expected an error (too long), got {out!r:.100}"))
 
 
 # --- calculate: generated strings ---------------------------------------------------------
@@ -602,7 +670,8 @@ def episode(spec: str, eos_id: int, seed: int) -> tuple[torch.Tensor, torch.Tens
     """'mmttm.' → token ids and by_model flags: m a model token, t a tool token, '.' the model's EOS, ',' the EOS id
     written by the tool. An EOS may come anywhere, not only last ('m.m': the model wrote EOS, then went on).
 
-    The other ids are random in [0, 12) with the EOS id left out, so 0 (a pad id) is sampled too."""
+    The other ids are random in [0, 12) with the EOS id left out, so 0 (a pad id) is sampled too, unless 0 is
+    the EOS id (some tokenizers' EOS is 0: then a batch padded with 0 looks finished where it is padding)."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, 12, (len(spec),), generator=g)
     ids = torch.where(ids == eos_id, ids + 1, ids)
@@ -629,7 +698,7 @@ def batch(eos_id: int, seed: int = 0, specs=SPECS):
 
 def expected_mask(specs, mask_truncated: bool) -> tuple[torch.Tensor, list[bool]]:
     """The docstring's formula, written out from the specs: truncated unless the last id is eos_id (whoever wrote it)."""
-    width = max(len(s) for s in specs)
+    width = max(len(s) for s in specs)  # 0 when every episode is empty: a [batch, 0] mask
     truncated = [not (s and s[-1] in EOS) for s in specs]
     rows = [[float(t < len(s) and s[t] not in TOOL and not (mask_truncated and cut)) for t in range(width)]
             for s, cut in zip(specs, truncated)]
@@ -648,7 +717,7 @@ def run_mask(impl, responses, by_model, eos_id, *rest, **kw):
 
 
 @pytest.mark.exercise("agent_loss_mask")
-@pytest.mark.parametrize("eos_id", [2, 5])
+@pytest.mark.parametrize("eos_id", [0, 2, 5])
 @pytest.mark.parametrize("mask_truncated", [True, False])
 def test_agent_loss_mask_matches_reference(impl, ref, eos_id, mask_truncated):
     responses, by_model = batch(eos_id, seed=eos_id)
@@ -656,13 +725,15 @@ def test_agent_loss_mask_matches_reference(impl, ref, eos_id, mask_truncated):
 
 
 @pytest.mark.exercise("agent_loss_mask")
+@pytest.mark.parametrize("eos_id", [3, 0])  # 0: some tokenizers' EOS id, also the usual padding value
 @pytest.mark.parametrize("mask_truncated", [True, False])
 @pytest.mark.parametrize("specs", [SPECS, ["mmtt", "m.", "mmttmm"], ["mmttm.", "."], ["."], ["tt"], ["mmmm"],
-                                   ["m.m", "m.t.", "mm.tt", ".m.", "m.tt"], ["mmt,", "m.", "mt,t", "m,"]],
+                                   ["m.m", "m.t.", "mm.tt", ".m.", "m.tt"], ["mmt,", "m.", "mt,t", "m,"],
+                                   ["", "mm.", ""], [""], ["", "", ""]],
                          ids=["eight", "the tool ends the longest", "all finished", "one EOS", "only the tool", "one row",
-                              "an EOS mid-episode", "the tool wrote the EOS id"])
-def test_agent_loss_mask_is_the_model_tokens_of_finished_episodes(impl, specs, mask_truncated):
-    eos_id = 3
+                              "an EOS mid-episode", "the tool wrote the EOS id", "empty beside a finished one",
+                              "one empty episode", "every episode empty"])
+def test_agent_loss_mask_is_the_model_tokens_of_finished_episodes(impl, specs, mask_truncated, eos_id):
     responses, by_model = batch(eos_id, seed=len(specs), specs=specs)
     (mask, truncated), call = run_mask(impl, responses, by_model, eos_id, mask_truncated)
     expected, cut = expected_mask(specs, mask_truncated)
@@ -704,18 +775,38 @@ def test_agent_loss_mask_worked_example(impl):
                                       diagnose("agent_loss_mask", (mask, truncated), responses, by_model, 2, mask_truncated)))
 
 
+def one_flag_more(by_model: list[torch.Tensor], row: int) -> list[torch.Tensor]:
+    return [torch.cat([m, torch.tensor([True])]) if b == row else m for b, m in enumerate(by_model)]
+
+
+def raises_value_error(impl, responses, by_model) -> bool:
+    try:
+        impl.agent_loss_mask(responses, by_model, 2)
+    except ValueError:
+        return True
+    except NotImplementedError:
+        raise
+    except Exception:  # noqa: BLE001 - not the documented error
+        return False
+    return False
+
+
 @pytest.mark.exercise("agent_loss_mask")
-@pytest.mark.parametrize("case", ["fewer flags", "more flags", "fewer rows of flags", "more rows of flags"])
+@pytest.mark.parametrize("case", ["fewer flags", "more flags", "fewer rows of flags", "more rows of flags",
+                                  "one row a flag more, another a flag fewer"])
 def test_agent_loss_mask_rejects_flags_that_do_not_fit(impl, case):
     responses, by_model = batch(2, specs=["mmt.", "mtm", "m."])
     if case == "fewer flags":
         by_model[1] = by_model[1][:-1]
     elif case == "more flags":
-        by_model[0] = torch.cat([by_model[0], torch.tensor([True])])
+        by_model = one_flag_more(by_model, 0)
     elif case == "fewer rows of flags":
         by_model = by_model[:-1]
-    else:
+    elif case == "more rows of flags":
         by_model = by_model + [torch.tensor([True])]
+    else:  # the totals agree: only a check of each row finds it
+        by_model = one_flag_more(by_model, 0)
+        by_model[1] = by_model[1][:-1]
     call = describe_call("agent_loss_mask", responses, by_model, 2)
     try:
         impl.agent_loss_mask(responses, by_model, 2)
@@ -726,4 +817,8 @@ def test_agent_loss_mask_rejects_flags_that_do_not_fit(impl, case):
     except Exception as e:  # noqa: BLE001 - a TypeError from a shape check is not the documented error
         raise WrongAnswer(explain(call, f"expected a ValueError ({case}), got {type(e).__name__}: {e}",
                                   [mistake("agent_loss_mask", "lengths_not_checked")])) from None
-    raise WrongAnswer(explain(call, f"expected a ValueError ({case})", [mistake("agent_loss_mask", "lengths_not_checked")]))
+    label = mistake("agent_loss_mask", "lengths_not_checked")
+    if case.startswith("one row") and raises_value_error(impl, responses, one_flag_more(by_model, 1)):
+        label = mistake("agent_loss_mask", "lengths_checked_in_total")  # one flag more in all is refused: a total
+    raise WrongAnswer(explain(call, f"expected a ValueError ({case}: flags {[len(m) for m in by_model]} for responses of "
+                                    f"{[len(r) for r in responses]} tokens)", [label]))

@@ -457,6 +457,14 @@ def version_min(batch, lag):
     return min(0, batch - lag)
 
 
+@part10("sampling_version", "and_returns_false",
+        "batch > lag and batch − lag was returned: False, not the int 0, for the first batches")
+def version_and(batch, lag):
+    if batch < 0 or lag < 0:
+        raise ValueError((batch, lag))
+    return batch > lag and batch - lag
+
+
 # --- may_sample ---------------------------------------------------------------------------------
 
 def _checked(batch, version, max_staleness):

@@ -215,6 +215,18 @@ def calc_length_last(expression):
     return "error: too long" if len(expression) > _p9.MAX_CHARS else value
 
 
+_ALLOWED_RUN = re.compile(r"[0-9+*()-]+")
+
+
+@part9("calculate", "character_filter_before_length_check",
+       "a character filter (a regex over the whole expression) ran before the length check: all 16 million characters "
+       "of a hostile input were read before it was refused (C speed, but milliseconds, not microseconds)")
+def calc_filter_first(expression):
+    if not _ALLOWED_RUN.fullmatch(expression):  # C speed, but still a pass over the whole input
+        return "error: bad character"
+    return _p9.calculate(expression)
+
+
 @part9("calculate", "raises_on_bad_input", "a bad expression raised an exception instead of returning an error string")
 def calc_raises(expression):
     if len(expression) > _p9.MAX_CHARS:
@@ -463,6 +475,42 @@ def mask_unchecked(responses, by_model, eos_id, mask_truncated=True):
         n = min(len(m), mask.shape[1])
         flags[b, :n] = m[:n].float()
     return mask * flags, truncated
+
+
+@part9("agent_loss_mask", "lengths_checked_in_total",
+       "by_model was checked against responses only in total (the sums of the lengths), so a row a flag too long "
+       "beside a row a flag too short passed, its flags padded or cut silently")
+def mask_total_checked(responses, by_model, eos_id, mask_truncated=True):
+    if len(responses) != len(by_model) or sum(map(len, responses)) != sum(map(len, by_model)):
+        raise ValueError("by_model does not fit responses")
+    mask, truncated = _p9.completion_mask(responses, eos_id, mask_truncated)
+    flags = torch.zeros_like(mask)
+    for b, m in enumerate(by_model):
+        n = min(len(m), mask.shape[1])
+        flags[b, :n] = m[:n].float()
+    return mask * flags, truncated
+
+
+@part9("agent_loss_mask", "last_id_read_from_zero_padding",
+       "each episode's last id was read from the batch padded with 0 (at length − 1, clamped to 0), so with "
+       "eos_id = 0 an empty episode's padding looked like its EOS: it came out finished, not truncated")
+def mask_last_id_padded(responses, by_model, eos_id, mask_truncated=True):
+    _check(responses, by_model)
+    ids = torch.nn.utils.rnn.pad_sequence(list(responses), batch_first=True, padding_value=0)
+    ids = torch.nn.functional.pad(ids, (0, 1), value=0)  # one column at least, even when every episode is empty
+    lengths = torch.tensor([len(r) for r in responses])
+    truncated = ids[torch.arange(len(responses)), (lengths - 1).clamp(min=0)] != eos_id
+    return _mask_with(responses, by_model, eos_id, mask_truncated, truncated)
+
+
+@part9("agent_loss_mask", "width_at_least_one",
+       "the mask was given one column at least (max(1, longest)), so a batch of empty episodes came out [batch, 1], "
+       "not [batch, 0]")
+def mask_width_one(responses, by_model, eos_id, mask_truncated=True):
+    mask, truncated = _p9.agent_loss_mask(responses, by_model, eos_id, mask_truncated)
+    if mask.shape[1] == 0:
+        mask = torch.zeros(mask.shape[0], 1)
+    return mask, truncated
 
 
 def _mask_with(responses, by_model, eos_id, mask_truncated, truncated, lengths=None):
