@@ -228,7 +228,9 @@ def completion_mask(
 
     Traps:
     - The length of a response is ``len(r)``, not "where the padding starts": a sampled token
-      may have any id, and the mask must come from the lengths.
+      may have any id, and the mask must come from the lengths. So must "truncated": ``eos_id``
+      may be 0 (some tokenizers' EOS), and the last id of an empty response read from a batch
+      padded with 0 would then be an EOS.
     - "Truncated" is "does not end with EOS", not "as long as the limit": an answer whose
       EOS falls exactly on the last allowed token finished.
     - Only the *last* token decides, and an EOS earlier in a response changes nothing (a

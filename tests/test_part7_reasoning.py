@@ -343,7 +343,7 @@ def responses_for(eos_id: int) -> list[torch.Tensor]:
 
 
 @pytest.mark.exercise("completion_mask")
-@pytest.mark.parametrize("eos_id", [2, 3])
+@pytest.mark.parametrize("eos_id", [2, 3, 0])  # 0: the padding's id too (an empty response must stay truncated)
 @pytest.mark.parametrize("mask_truncated", [True, False])
 def test_completion_mask_matches_reference(impl, ref, eos_id, mask_truncated):
     check_call(impl, ref, "completion_mask", responses_for(eos_id), eos_id, mask_truncated)

@@ -319,6 +319,19 @@ def mask_from_ids(responses, eos_id, mask_truncated=True):
     return mask, truncated
 
 
+@part7("completion_mask", "last_id_read_from_zero_padding",
+       "each response's last id was read from the batch padded with 0: with eos_id 0 an empty response ended in an EOS")
+def mask_last_id_from_padding(responses, eos_id, mask_truncated=True):
+    lengths, mask = _lengths_mask(responses)
+    ids = torch.zeros(len(responses), int(lengths.max()) or 1, dtype=torch.long)
+    for b, r in enumerate(responses):
+        ids[b, :len(r)] = r
+    truncated = ids[torch.arange(len(responses)), (lengths - 1).clamp(min=0)] != eos_id
+    if mask_truncated:
+        mask = mask * (~truncated)[:, None]
+    return mask, truncated
+
+
 @part7("completion_mask", "eos_anywhere_means_finished",
        "a response holding an EOS anywhere was called finished, instead of one whose last token is the EOS")
 def mask_eos_anywhere(responses, eos_id, mask_truncated=True):
