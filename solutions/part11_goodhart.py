@@ -13,9 +13,13 @@ proxy keeps rising, the gold rises, peaks and falls. Part 0 §8 showed this qual
   likes best) and RL (Part 3's PPO, Part 5's methods), and every point is placed by its distance
   from the initial policy, d = √KL(π ‖ π_init);
 - the gold against d follows Gao's forms, R_bon(d) = d(α − βd) and R_RL(d) = d(α − β log d),
-  and it peaks — later for a proxy trained on more data;
+  and it peaks. Gao et al. found the peak later for a proxy trained on more data; measured here,
+  more of the base model's writing buys a *higher* peak, not a later one (the peak moves out only
+  when the proxies' data hold the hacks' kind: docs/goodhart.md, and :func:`gao_peak`);
 - an **ensemble** of proxies (Coste et al. 2024: the mean, the worst case, or the mean minus an
-  uncertainty penalty) delays the fall.
+  uncertainty penalty) delayed the fall in Coste et al.'s runs; here the worst-case ensemble ended
+  above a single proxy on 5 of 9 runs, no better than chance — its members, from one base model,
+  fall for the same hacks (7 of 9 when their data hold the hacks' kind).
 
 The exercises are the small exact pieces that measurement is made of:
 
@@ -36,7 +40,8 @@ functions that return one number return a Python float.
 
 Reading guide: part0_theory.md, section 17 (Goodhart's law and its kinds; why best-of-n's KL is
 analytic; what α and β mean; ensembles), with section 8 for the KL leash and reward hacking,
-and Part 7's pass@k (``solutions/part7_reasoning.py``) for the estimator exercise 3 generalises.
+and Part 7's pass@k (the exercise ``exercises/part7_reasoning.py::pass_at_k``; Part 0, section 13)
+for the estimator exercise 3 generalises.
 """
 
 from __future__ import annotations
@@ -78,8 +83,10 @@ def best_of_n_kl(n: int) -> float:
     The formula's assumption, and where it breaks: with ties — a discrete set of outcomes, or a
     reward that gives many samples the same score — the best of n cannot be as peaked as the
     formula says, and log n − (n−1)/n is only an **upper bound** (Beirami et al. 2024; exercise 2
-    computes the exact value). With two outcomes the true KL never exceeds log 2 ≈ 0.69, however
-    large n is.
+    computes the exact value). However large n is, the true KL never exceeds −log p_top, the KL of
+    always picking the best outcome (p_top its probability), and it approaches that as n grows:
+    log 2 ≈ 0.69 for a fair coin, but 4.60 for outcomes of probability [0.99, 0.01] at n = 1,000
+    (−log 0.01 ≈ 4.61).
 
     Traps:
     - log n alone (the log of the number of draws) overstates the KL by (n − 1)/n, almost 1 nat.
@@ -109,12 +116,16 @@ def best_of_n_kl_discrete(probs: Float[Tensor, "outcomes"], n: int) -> float:
     with 0 · log 0 = 0: an outcome with P_bon(i) = 0 adds nothing (this includes outcomes with
     p_i = 0, which best-of-n never picks either). Computed in float64; returns a Python float.
     It is never above :func:`best_of_n_kl` (n) — it approaches it as the outcomes get many and
-    tiny — and it is 0.0 for n = 1 or a base with one outcome.
+    tiny — nor above −log p_top, the KL of always picking the best outcome that can occur (p_top
+    its probability), which it approaches as n grows; it is 0.0 for n = 1 or a base with one
+    outcome.
 
     ``ValueError`` for bad ``probs`` — a NaN, a negative entry, or a sum further than
-    :data:`PROB_TOLERANCE` (1e-6) from 1 (float32 probabilities such as ten 0.1s pass)
-    — and for n < 1 or a bool n (the signature refuses other types: jaxtyping raises a TypeError).
-    ``probs`` may be float32 or float64.
+    :data:`PROB_TOLERANCE` (1e-6) from 1 (float32 probabilities such as ten 0.1s pass; an empty
+    ``probs`` sums to 0) — and for n < 1 or a bool n (the signature refuses other types: jaxtyping
+    raises a TypeError). ``probs`` is checked whatever n is: n = 1 or a single outcome gives 0.0
+    only for good probabilities ([0.5] or [0.3, 0.3] at n = 1 are refused). ``probs`` may be
+    float32 or float64.
 
     Why this matters: the proxies of the measurement score a *finite* pool of samples and often
     give many of them the same score; log n − (n − 1)/n then overstates how far best-of-n
@@ -176,8 +187,10 @@ def best_of_n_gold(proxy: Float[Tensor, "N"], gold: Float[Tensor, "N"], n: int) 
     whatever order a sort leaves them in. (So n = N gives the mean gold of the samples tied for
     the top proxy score.) Ties in the gold do not matter.
 
-    Inputs: 1-D tensors of one length N (any float dtype); n an int with 1 ≤ n ≤ N. Returns a
-    Python float, computed in float64. ``ValueError`` unless both are 1-D of the same length and
+    Inputs: 1-D tensors of one length N, each of any float dtype (bfloat16 and float16 included;
+    the two need not share one); n an int with 1 ≤ n ≤ N. Returns a Python float, computed in
+    float64 whatever the inputs' dtypes (the tie groups' averages too: summed in float32, a group
+    of 200 is off in the 7th digit). ``ValueError`` unless both are 1-D of the same length and
     n is an int (not a bool) with 1 ≤ n ≤ N. This function is not ``@typechecked``: those checks
     are part of the exercise.
 
@@ -240,18 +253,22 @@ def fit_gao(d: Float[Tensor, "points"], r: Float[Tensor, "points"], form: str) -
     ``r2`` is the coefficient of determination on the given points,
     R² = 1 − Σ(r − r̂)² / Σ(r − mean r)², which can be negative (no intercept: the fit may be worse
     than the mean), and NaN when every r is the same (there is no variance to explain; decided by
-    ``max == min``, since Σ(r − mean r)² of seven 0.1s comes out 1.3e-33, not exactly 0).
+    ``max == min``, since Σ(r − mean r)² of seven 0.1s comes out 1.3e-33, not exactly 0; and
+    only then: r = 1000 + 1e-8·noise varies, and has an R², however far below 0).
 
     **Points with d = 0.** Both forms give R(0) = 0, and d·log d → 0 as d → 0: a point at d = 0
     has the row (0, 0) — it adds nothing to α and β, and must not bring a NaN in (0·log 0 is NaN
     in floating point: select, do not multiply). It still counts in R², with residual r − 0.
 
     ``ValueError`` for a ``form`` other than "bon" or "rl"; a NaN or infinite d or r; a negative
-    d; or fewer than two *distinct* values of d > 0 (with one, α and β cannot be told apart).
-    d and r must have one length (the signature checks it). Returns Python floats.
+    d; or fewer than two *distinct* values of d > 0 (with one, α and β cannot be told apart;
+    distinct means not equal: d = 1e-9 and 2e-9 are two values). d and r must have one length
+    (the signature checks it). Returns Python floats. Nothing in the fit depends on the scale of d
+    (no epsilon, no tolerance): points at d ~ 1e-9 on an exact rl curve give its α and β back.
 
     Traps:
-    - ``d * torch.log(d)`` at d = 0 is 0 · (−inf) = NaN, and one NaN row makes the whole fit NaN.
+    - ``d * torch.log(d)`` at d = 0 is 0 · (−inf) = NaN, and one NaN row makes the whole fit NaN;
+      ``torch.log(d + 1e-12)`` hides it but moves every point with d near 1e-12 or below.
     - Dropping the d = 0 points changes R² (they count there), not α and β.
     - An intercept (``polyfit(d, r, 2)``) fits a different model: Gao's forms have none.
     - Not wrong, but not reproducible: on CPU, ``torch.linalg.lstsq``'s default driver (gelsy, in
@@ -296,10 +313,13 @@ def gao_peak(alpha: float, beta: float, form: str) -> float:
 
     Both are maxima when β > 0. With β < 0 the gold never turns down: ``math.inf``. With β = 0
     both forms are R = αd: it never turns down when α ≥ 0 (``math.inf``) and falls from the start
-    when α < 0 (0.0). For bon with α ≤ 0 (and β > 0) the gold falls from the start: the best
-    d ≥ 0 is 0.0. Otherwise the rl peak is positive (in exact arithmetic: exp(α/β − 1) below the
-    smallest float, α/β under about −744, comes out 0.0). When exp(α/β − 1) is beyond the largest
-    float (tiny β), the peak is ``math.inf`` too, not an OverflowError. Returns a Python float.
+    when α < 0 (0.0). A β however close to 0 is not 0: β = 1e-13 is positive (α = 1 peaks at
+    5e12 for bon), β = −1e-13 negative (inf). For bon with α ≤ 0 (and β > 0) the gold falls from
+    the start: the best d ≥ 0 is 0.0. Otherwise the rl peak is positive (in exact arithmetic:
+    exp(α/β − 1) below the smallest float, α/β under about −744, comes out 0.0; a tiny one such
+    as e^−701 is returned as it is, not raised to a floor).
+    When exp(α/β − 1) is beyond the largest float (α/β − 1 above log of it, about 709.78: tiny β),
+    the peak is ``math.inf`` too, not an OverflowError. Returns a Python float.
 
     ``ValueError`` for a ``form`` other than "bon" or "rl", or a NaN or infinite α or β.
 
@@ -350,7 +370,13 @@ def standardise_proxies(scores: Float[Tensor, "k batch"],
     The standard deviation is the **population** one (``unbiased=False``: divide by the number of
     reference scores), as the ensemble's variance is in :func:`ensemble_reward`. Returns a tensor
     of the shape and dtype of ``scores``, whatever the dtype of ``reference`` (float32 scores less
-    float64 statistics promote to float64: cast back).
+    float64 statistics promote to float64: cast back). However small a proxy's spread, its scores
+    are divided by it as it is (a floor such as 1e-12 shrinks a proxy whose spread is 1e-13).
+
+    Gradients flow into ``scores``: ∂z_jb/∂s_jb = 1/std_j, and nothing across samples or proxies,
+    so standardising before :func:`ensemble_reward` keeps the gradients it promises. Whether they
+    also flow into ``reference`` (which may itself be in a graph) is left open: its statistics are
+    fixed numbers, and computing them detached (or in numpy) is as right as leaving them in it.
 
     ``ValueError`` when a proxy's reference scores are all equal (its spread is 0: nothing to
     divide by) — decided by ``max == min``, exactly, because a spread computed from equal values

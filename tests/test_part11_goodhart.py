@@ -171,8 +171,11 @@ def test_best_of_n_kl_is_the_formula_for_large_n_too(impl, ref, n):
 
 
 @pytest.mark.exercise("best_of_n_kl")
-@pytest.mark.parametrize("n", [0, -3, True, False, 4.0, 2.5, "3", None])
+@pytest.mark.parametrize("n", [0, -3, True, False, 4.0, 2.5, "3", None, np.float64(4.0), np.float32(4.0), Fraction(4)],
+                         ids=["0", "-3", "True", "False", "4.0", "2.5", "str", "None", "np-float64", "np-float32", "Fraction"])
 def test_best_of_n_kl_rejects_anything_but_an_int_of_at_least_1(impl, n):
+    # numpy's floats and Fraction(4) are not ints either: `type(n) is float` lets them through (np.float64 is a
+    # subclass of float, np.float32 and Fraction are not floats at all).
     expect_value_error(impl, "best_of_n_kl", "n must be an int >= 1 (bool and float refused)", n)
 
 
@@ -255,6 +258,34 @@ def test_discrete_kl_of_a_coin_is_below_the_analytic_formula(impl, ref):
           why="best of 100 coin flips is heads but for 2^-100: the KL is log 2, not log 100 − 0.99")
 
 
+def two_outcome_kl(q: float, n: int) -> float:
+    """Two outcomes [q, 1 − q]: P_bon = [q^n, 1 − q^n] in closed form (−expm1 for the second), in floats."""
+    low = q**n
+    high = -math.expm1(n * math.log(q))
+    return (low * math.log(low / q) if low > 0 else 0.0) + high * math.log(high / (1 - q))
+
+
+@pytest.mark.exercise("best_of_n_kl_discrete")
+def test_discrete_kl_approaches_minus_log_p_top_and_never_exceeds_it(impl, ref):
+    # The KL of always picking the best outcome is −log p_top: the limit as n grows, and a bound at every n (as is
+    # log n − (n − 1)/n). Two outcomes are bounded by log 2 only when they are equally likely: [0.99, 0.01] at
+    # n = 1000 is 4.60, and at n = 10⁵ the closed form is −log 0.01 to the last bit. A best outcome of probability 0
+    # cannot occur: the bound is the best one that can (0.2).
+    cases = [([0.99, 0.01], n, two_outcome_kl(0.99, n), "closed form") for n in (1, 10, 100, 1000, 10**4, 10**5)]
+    cases += [([0.5, 0.3, 0.2, 0.0], n, discrete_kl_exact_cdf([0.5, 0.3, 0.2, 0.0], n), "exact fractions")
+              for n in (3, 100, 1000)]
+    for probs, n, expected, how in cases:
+        p_top = [x for x in probs if x > 0][-1]
+        bound = min(-math.log(p_top), math.log(n) - (n - 1) / n)
+        got = check(impl, ref, "best_of_n_kl_discrete", expected, torch.tensor(probs, dtype=torch.float64), n,
+                    rtol=1e-9, atol=1e-12, why=f"{how}; −log p_top = {-math.log(p_top):.4f}")
+        slack = bound * 1e-12 + 1e-15   # rounding: at n = 1, 0.99 + 0.01 − 0.99 is 0.01 + 9e-18
+        assert ref.best_of_n_kl_discrete(torch.tensor(probs, dtype=torch.float64), n) <= bound + slack
+        if not got <= bound + slack:
+            raise WrongAnswer(f"best_of_n_kl_discrete({probs}, {n}) = {got}: above min(−log p_top, log n − (n−1)/n) "
+                              f"= {bound}, which no best-of-n can exceed")
+
+
 @pytest.mark.exercise("best_of_n_kl_discrete")
 @pytest.mark.parametrize("n", [2, 4, 16])
 def test_discrete_kl_of_many_equal_outcomes_approaches_the_analytic_value_from_below(impl, ref, n):
@@ -326,8 +357,19 @@ def test_discrete_kl_leaves_its_input_alone(impl):
     ([0.25, 0.75], True, "n is a bool"),
     ([0.25, 0.75], -1, "n = −1"),
     ([0.25, 0.75], -3, "n = −3"),
+    # The checks hold whatever n and however many outcomes: "0.0 for n = 1 or one outcome" is for good probs only.
+    ([0.3, 0.3], 1, "the sum is 0.6, at n = 1"),
+    ([-0.5, 1.5], 1, "a negative probability, at n = 1"),
+    ([NAN, 0.5], 1, "a NaN, at n = 1"),
+    ([0.5], 2, "one outcome of probability 0.5"),
+    ([NAN], 2, "one outcome, a NaN"),
+    ([2.0], 3, "one outcome of probability 2"),
+    ([0.5], 1, "one outcome of probability 0.5, at n = 1"),
+    ([], 2, "no outcome: the sum is 0"),
+    ([], 1, "no outcome, at n = 1"),
 ], ids=["negative", "sum-above", "sum-below", "sum-2e-6-above", "sum-2e-6-below", "nan-first", "nan-last", "n0",
-         "n-bool", "n-minus-1", "n-minus-3"])
+         "n-bool", "n-minus-1", "n-minus-3", "n1-sum", "n1-negative", "n1-nan", "one-0.5", "one-nan", "one-2",
+         "one-0.5-n1", "empty", "empty-n1"])
 def test_discrete_kl_rejects_bad_probabilities_and_bad_n(impl, probs, n, why):
     expect_value_error(impl, "best_of_n_kl_discrete", why, torch.tensor(probs, dtype=torch.float64), n)
 
@@ -425,14 +467,31 @@ def test_best_of_n_gold_is_stable_for_thousands_of_samples(impl, ref, n):
 
 
 @pytest.mark.exercise("best_of_n_gold")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("n", [2, 1000, 1999])
-def test_best_of_n_gold_with_heavy_ties_in_a_large_pool(impl, ref, n):
-    # 2000 samples with a proxy of 10 distinct values: every rank is in a tie group of ~200.
+def test_best_of_n_gold_with_heavy_ties_in_a_large_pool(impl, ref, n, dtype):
+    # 2000 samples with a proxy of 10 distinct values: every rank is in a tie group of ~200. In float32 too: a tie
+    # group's gold summed in float32 (index_add_ into a zeros_like of the float32 values) is off by ~1e-7 relative.
     g = torch.Generator().manual_seed(n)
-    proxy = torch.randint(0, 10, (2000,), generator=g).double() / 10
-    gold = torch.randn(2000, generator=g, dtype=torch.float64)
+    proxy = (torch.randint(0, 10, (2000,), generator=g).double() / 10).to(dtype)
+    gold = torch.randn(2000, generator=g, dtype=torch.float64).to(dtype)
     check(impl, ref, "best_of_n_gold", gold_by_exact_weights(proxy.tolist(), gold.tolist(), n), proxy, gold, n,
-          rtol=1e-9, atol=1e-11, why="2000 samples, 10 proxy values")
+          rtol=1e-9, atol=1e-11, why=f"2000 samples, 10 proxy values, {dtype}")
+
+
+@pytest.mark.exercise("best_of_n_gold")
+@pytest.mark.parametrize("proxy_dtype,gold_dtype", [(torch.float32, torch.float64), (torch.float64, torch.float32),
+                                                    (torch.bfloat16, torch.bfloat16), (torch.float16, torch.bfloat16)],
+                         ids=["float32-float64", "float64-float32", "bfloat16", "float16-bfloat16"])
+def test_best_of_n_gold_takes_any_float_dtypes(impl, ref, proxy_dtype, gold_dtype):
+    # "Any float dtype", each its own: numpy has no bfloat16 (cast before .numpy()), and a tie group's sum must not be
+    # kept in one input's dtype while the other is added to it. The oracle reads the values as given (exact in float64).
+    g = torch.Generator().manual_seed(17)
+    proxy = (torch.randint(0, 20, (300,), generator=g).double() / 8).to(proxy_dtype)
+    gold = torch.randn(300, generator=g, dtype=torch.float64).to(gold_dtype)
+    for n in (1, 40, 300):
+        check(impl, ref, "best_of_n_gold", gold_by_exact_weights(proxy.double().tolist(), gold.double().tolist(), n),
+              proxy, gold, n, rtol=1e-9, atol=1e-11, why=f"proxy {proxy_dtype}, gold {gold_dtype}, 20 proxy values")
 
 
 @pytest.mark.exercise("best_of_n_gold")
@@ -473,12 +532,14 @@ def test_best_of_n_gold_leaves_its_inputs_alone(impl):
     ((5,), (5,), -1, "n < 1"),
     ((5,), (5,), True, "n is a bool"),
     ((5,), (5,), 2.0, "n is a float"),
+    ((5,), (5,), np.float64(2.0), "n is a numpy float"),
     ((5,), (6,), 2, "proxy and gold of different lengths"),
     ((2, 3), (2, 3), 2, "2-D inputs of one shape"),
     ((6,), (6, 1), 2, "gold is 2-D"),
     ((), (), 1, "0-D inputs (one score each, not a pool)"),
     ((5,), (), 1, "gold is 0-D"),
-], ids=["n0", "n-above-N", "n-negative", "n-bool", "n-float", "lengths", "2d", "gold-2d", "0d", "gold-0d"])
+], ids=["n0", "n-above-N", "n-negative", "n-bool", "n-float", "n-numpy-float", "lengths", "2d", "gold-2d", "0d",
+        "gold-0d"])
 def test_best_of_n_gold_rejects_bad_n_and_shapes(impl, proxy_shape, gold_shape, n, why):
     expect_value_error(impl, "best_of_n_gold", why, randn(5, *proxy_shape), randn(6, *gold_shape), n)
 
@@ -559,6 +620,31 @@ def test_fit_gao_is_least_squares_without_an_intercept(impl, ref, form, case):
         assert np.allclose(expected[:2], bon_fit_exact(d.tolist(), r.tolist()), rtol=1e-9, atol=0)
     check(impl, ref, "fit_gao", expected, d, r, form, rtol=1e-7, atol=0 if case == "tiny" else 1e-8,
           why=f"{case} points, no point at d = 0")
+
+
+@pytest.mark.exercise("fit_gao")
+def test_fit_gao_at_a_tiny_scale_of_d(impl, ref):
+    # d ~ 1e-9 on an exact rl curve: nothing may depend on the scale of d. log(d + 1e-12) moves α by 0.2 %; "distinct"
+    # by torch.isclose (atol 1e-8) calls these five d one value. (The rl form: at this scale bon's β·d² is 1e-18 of
+    # α·d and its β cannot be recovered by any float64 solver.)
+    d = torch.tensor([0.5, 1.0, 1.5, 2.0, 3.0], dtype=torch.float64) * 1e-9
+    r = d * (3.0 - 0.5 * torch.log(d))
+    check(impl, ref, "fit_gao", (3.0, 0.5, 1.0), d, r, "rl", rtol=1e-9, atol=0,
+          why="points on R = d(3 − 0.5 log d) at d = 0.5e-9 … 3e-9")
+
+
+@pytest.mark.exercise("fit_gao")
+@pytest.mark.parametrize("form", ["bon", "rl"])
+def test_fit_gao_r2_of_r_that_varies_only_slightly_is_finite(impl, ref, form):
+    # r = 1000 + 1e-8·noise varies (max ≠ min): R² is a number, however far below 0 (about −1e20 here), not NaN —
+    # math.isclose(max, min) (relative 1e-9) or SS_tot below a threshold would call it constant.
+    d = torch.tensor([0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64)
+    r = 1000.0 + 1e-8 * randn(21, 7, dtype=torch.float64)
+    assert bool(r.max() != r.min())
+    expected = fit_oracle(d.tolist(), r.tolist(), form)
+    got = check(impl, ref, "fit_gao", expected, d, r, form, rtol=1e-6, atol=0, why="r = 1000 + 1e-8·noise")
+    if not math.isfinite(got[2]):
+        raise WrongAnswer(f"fit_gao(r = 1000 + 1e-8·noise, {form!r}) gave R² = {got[2]}: r varies, so R² is finite")
 
 
 @pytest.mark.exercise("fit_gao")
@@ -687,6 +773,30 @@ def test_gao_peak_is_infinite_when_the_rl_peak_overflows(impl, ref, beta):
     check(impl, ref, "gao_peak", math.exp(700.0), 1.0, 1 / 701, "rl", rtol=1e-9, atol=0, why="exp(700) still fits")
     check(impl, ref, "gao_peak", math.exp(709.5), 710.5, 1.0, "rl", rtol=1e-12, atol=0,
           why="exp(709.5) = 1.35e308 still fits (the largest float is about e^709.78): inf only beyond it")
+    check(impl, ref, "gao_peak", math.exp(709.75), 710.75, 1.0, "rl", rtol=1e-12, atol=0,
+          why="exp(709.75) = 1.74e308 still fits: a cut at 709.7 is too early")
+
+
+@pytest.mark.exercise("gao_peak")
+def test_gao_peak_rl_below_the_smallest_float_is_0(impl, ref):
+    # exp(α/β − 1) under the smallest float comes out 0.0; a tiny peak above it is returned as it is (no floor).
+    check(impl, ref, "gao_peak", 0.0, -800.0, 1.0, "rl", rtol=0, atol=0, why="exp(−801) is below the smallest float: 0.0")
+    check(impl, ref, "gao_peak", 0.0, -1.0, 1e-3, "rl", rtol=0, atol=0, why="exp(−1001): 0.0")
+    check(impl, ref, "gao_peak", math.exp(-701.0), -700.0, 1.0, "rl", rtol=1e-12, atol=0,
+          why="exp(−701) = 3.6e-305 is a float: returned as it is")
+
+
+@pytest.mark.exercise("gao_peak")
+@pytest.mark.parametrize("form", ["bon", "rl"])
+def test_gao_peak_with_a_tiny_beta_is_not_beta_zero(impl, ref, form):
+    # Only β = 0 is β = 0: 1e-13 is positive, −1e-13 negative (a |β| < 1e-12 taken as 0 answers these wrongly).
+    check(impl, ref, "gao_peak", INF, -1.0, -1e-13, form, rtol=0, atol=0, why="β = −1e-13 < 0: the gold never turns down")
+    if form == "bon":
+        check(impl, ref, "gao_peak", 5.0, 1e-12, 1e-13, form, rtol=1e-12, atol=0, why="α/(2β) = 1e-12 / 2e-13")
+        check(impl, ref, "gao_peak", 5e12, 1.0, 1e-13, form, rtol=1e-12, atol=0, why="α/(2β) = 1 / 2e-13")
+    else:
+        check(impl, ref, "gao_peak", math.exp(9.0), 1e-12, 1e-13, form, rtol=1e-12, atol=0,
+              why="exp(α/β − 1) = exp(9)")
 
 
 @pytest.mark.exercise("gao_peak")
@@ -762,13 +872,46 @@ def test_standardise_proxies_a_reference_sample_gets_its_z_score(impl, ref):
 
 
 @pytest.mark.exercise("standardise_proxies")
-def test_standardise_proxies_of_a_proxy_on_a_tiny_scale(impl, ref):
+@pytest.mark.parametrize("row,factor,spread", [(1, 1e-10, "3e-10"), (0, 1e-12, "1e-13")], ids=["3e-10", "1e-13"])
+def test_standardise_proxies_of_a_proxy_on_a_tiny_scale(impl, ref, row, factor, spread):
     # A proxy whose scores are ~1e-10 apart still varies: only max == min is "never varies", not a std below some
-    # tolerance (torch.isclose(std, 0) has atol 1e-8).
+    # tolerance (torch.isclose(std, 0) has atol 1e-8); and it is divided by its std as it is (a floor of 1e-12 shrinks
+    # a spread of 1e-13 tenfold).
     scores, reference = proxy_scores(6, 3, 5, 7)
-    scores[1], reference[1] = scores[1] * 1e-10, reference[1] * 1e-10
+    scores[row], reference[row] = scores[row] * factor, reference[row] * factor
     check(impl, ref, "standardise_proxies", standardise_oracle(scores, reference), scores, reference, rtol=1e-5, atol=1e-5,
-          why="proxy 1's scores are ~1e-10 in size and spread")
+          why=f"proxy {row}'s scores are spread by ~{spread}")
+
+
+@pytest.mark.exercise("standardise_proxies")
+@pytest.mark.parametrize("scores_dtype,reference_requires_grad", [(torch.float64, False), (torch.float32, True)],
+                         ids=["float64", "float32-reference-in-the-graph"])
+def test_standardise_proxies_passes_the_gradient_to_the_scores(impl, scores_dtype, reference_requires_grad):
+    # ∂z_jb/∂s_jb = 1/std_j and nothing across samples or proxies, so standardise-then-ensemble keeps ensemble_reward's
+    # gradients. The reference's own gradient is left open (either is right): only the scores' is checked.
+    scores, reference = proxy_scores(8, 3, 5, 6, dtype=torch.float64)
+    leaf = scores.to(scores_dtype).requires_grad_(True)
+    reference = reference.clone().requires_grad_(reference_requires_grad)
+    weights = randn(9, 3, 5, dtype=scores_dtype)
+    call = describe_call("standardise_proxies", leaf, reference)
+    try:
+        out = impl.standardise_proxies(leaf, reference)
+    except NotImplementedError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any exception is the bug under test
+        raise WrongAnswer(explain(call, f"raised {type(e).__name__}: {e}",
+                                  raising_mistakes("standardise_proxies", type(e), (leaf, reference), {}))) from None
+    if not isinstance(out, torch.Tensor) or out.grad_fn is None:
+        raise WrongAnswer(explain(call, "the result carries no gradient to the scores: standardising before "
+                                        "ensemble_reward would cut the gradient it promises",
+                                  [mistake("standardise_proxies", "scores_detached")]))
+    (out * weights).sum().backward()
+    std = reference.detach().double().std(dim=1, unbiased=False, keepdim=True)
+    want = (weights.double() / std).to(scores_dtype)
+    got = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+    if not torch.allclose(got, want, rtol=1e-5, atol=1e-6):
+        raise WrongAnswer(explain(call, f"gradient of Σ w·z w.r.t. the scores: expected w/std_j {want.tolist()}, "
+                                        f"got {got.tolist()}", []))
 
 
 @pytest.mark.exercise("standardise_proxies")
@@ -835,6 +978,26 @@ def test_ensemble_reward_values(impl, ref, method, lam, k):
         random = randn(k, 5, 9, dtype=torch.float64)
         check(impl, ref, "ensemble_reward", ensemble_oracle(random, method, lam), random, method, lam, rtol=1e-12,
               atol=1e-12, why="random float64 scores")
+
+
+@pytest.mark.exercise("ensemble_reward")
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("method", ["mean", "wco", "uwo"])
+def test_ensemble_reward_of_a_batch_of_one(impl, ref, method, k):
+    # One sample: the result still has the batch dimension, shape (1,) — with one member too (squeeze() gives 0-D).
+    scores = ENSEMBLE[:k, 1:2]
+    check(impl, ref, "ensemble_reward", ensemble_oracle(scores, method, 0.5), scores, method, 0.5, rtol=1e-6, atol=1e-6,
+          why=f"{k} member(s), one sample")
+
+
+@pytest.mark.exercise("ensemble_reward")
+def test_ensemble_reward_wco_is_the_exact_minimum_of_near_ties(impl, ref):
+    # Members 1e-5, 1e-7, 1e-6 apart: the minimum is one of them, exactly. A smooth min −τ·logsumexp(−s/τ) is off
+    # wherever members are within a few τ: at τ = 1e-4, 0 and 1e-5 give −6.4e-5; at τ = 1e-7 (which passes the
+    # exact ties above within 1e-6), 1 and 1 + 1e-7 give 1 − 3.1e-8.
+    scores = torch.tensor([[0.0, 1.0, -2.0 + 1e-6, 5.0], [1e-5, 1.0 + 1e-7, -2.0, 5.0 + 1e-5]], dtype=torch.float64)
+    check(impl, ref, "ensemble_reward", torch.tensor([0.0, 1.0, -2.0, 5.0], dtype=torch.float64), scores, "wco",
+          rtol=0, atol=0, why="near ties for the minimum")
 
 
 @pytest.mark.exercise("ensemble_reward")

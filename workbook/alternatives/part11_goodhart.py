@@ -384,13 +384,16 @@ def std_std_mean(scores, reference):
     return ((scores - mean) * (1.0 / std)).type_as(scores)
 
 
-@part11("standardise_proxies", "numpy_rows", "numpy in float64 (np.ptp for the check, np.std's ddof=0), back to torch")
+@part11("standardise_proxies", "numpy_rows",
+        "the statistics in numpy, float64 (np.ptp for the check, np.std's ddof=0), applied to the scores in torch (the "
+        "scores keep their gradient; the reference's statistics are fixed numbers)")
 def std_numpy(scores, reference):
-    ref = reference.double().numpy()
+    ref = reference.detach().double().numpy()
     if ref.shape[1] == 0 or bool((np.ptp(ref, axis=1) == 0).any()):
         raise ValueError("a proxy's reference scores never vary")
-    z = (scores.double().numpy() - ref.mean(axis=1, keepdims=True)) / ref.std(axis=1, keepdims=True)
-    return torch.from_numpy(z).to(scores.dtype)
+    mean = torch.from_numpy(ref.mean(axis=1, keepdims=True))
+    std = torch.from_numpy(ref.std(axis=1, keepdims=True))
+    return ((scores.double() - mean) / std).to(scores.dtype)
 
 
 # --- ensemble_reward -----------------------------------------------------------------------------

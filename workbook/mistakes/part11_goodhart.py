@@ -6,6 +6,7 @@ import math
 import numbers
 from functools import partial
 
+import numpy as np
 import torch
 
 from workbook.mistakes import mistake
@@ -56,6 +57,15 @@ def kl_no_type(n):
 def kl_large_n(n):
     _check_int(n)
     return math.log(n) - 1.0 if n >= 10_000 else math.log(n) - (n - 1) / n
+
+
+@part11("best_of_n_kl", "float_refused_by_type_is",
+        "a float n was refused by type(n) is float, which lets numpy's floats (np.float64(4.0) is a float subclass, "
+        "np.float32(4.0) is not one) and Fraction(4) through")
+def kl_type_is_float(n):
+    if type(n) is bool or type(n) is float or not isinstance(n, numbers.Real) or n < 1:
+        raise ValueError(n)
+    return math.log(n) - (n - 1) / n
 
 
 # --- best_of_n_kl_discrete -----------------------------------------------------------------------
@@ -166,6 +176,36 @@ def discrete_normalised_in_place(probs, n):
     p = probs.detach().double()
     p /= p.sum()
     return _discrete(p, n, check=False)
+
+
+@part11("best_of_n_kl_discrete", "n_1_shortcut_before_the_checks",
+        "0.0 was returned for n = 1 before probs were checked: bad probabilities got an answer at n = 1")
+def discrete_n1_shortcut(probs, n):
+    if n == 1 and not isinstance(n, bool):
+        return 0.0
+    return _discrete(probs, n)
+
+
+@part11("best_of_n_kl_discrete", "one_outcome_shortcut_before_the_checks",
+        "0.0 was returned for a single outcome (probs.numel() == 1) before probs were checked: [0.5] got an answer")
+def discrete_one_outcome_shortcut(probs, n):
+    _check_int(n)
+    if probs.numel() == 1:
+        return 0.0
+    return _discrete(probs, n)
+
+
+@part11("best_of_n_kl_discrete", "sum_read_from_the_last_cdf",
+        "the sum was read as the last entry of the CDF (cdf[-1]): empty probs raised IndexError, not ValueError")
+def discrete_sum_from_cdf(probs, n):
+    _check_int(n)
+    p = probs.detach().double()
+    if bool(torch.isnan(p).any()) or bool((p < 0).any()):
+        raise ValueError("probs")
+    cdf = torch.cumsum(p, 0)
+    if abs(float(cdf[-1]) - 1.0) > 1e-6:
+        raise ValueError("sum")
+    return _discrete(probs, n, check=False)
 
 
 # --- best_of_n_gold ------------------------------------------------------------------------------
@@ -337,6 +377,29 @@ def gold_rounded_ties(proxy, gold, n):
     return float((_log_weights(proxy.shape[0], n) * _ranked(rounded, gold)).sum())
 
 
+@part11("best_of_n_gold", "tie_means_in_input_dtype",
+        "the tie groups' gold was summed in the inputs' dtype (torch.zeros_like(values).index_add_(0, group, gold)): "
+        "float32 sums of ~200 golds are off in the 7th digit, and a float32 proxy beside float64 gold raises")
+def gold_tie_means_input_dtype(proxy, gold, n):
+    _gold_checked(proxy, gold, n)
+    values, group = torch.unique(proxy.detach(), sorted=True, return_inverse=True)
+    total = torch.zeros_like(values).index_add_(0, group, gold.detach())
+    count = torch.zeros_like(values).index_add_(0, group, torch.ones_like(gold.detach()))
+    tie_gold = (total / count)[group].double()
+    order = torch.argsort(proxy.detach().double())
+    return float((_log_weights(proxy.shape[0], n) * tie_gold[order]).sum())
+
+
+@part11("best_of_n_gold", "numpy_without_a_cast",
+        "the inputs went to numpy as they were (proxy.numpy(), then astype(float64)): numpy has no bfloat16, so "
+        "bfloat16 inputs raised")
+def gold_numpy_uncast(proxy, gold, n):
+    _gold_checked(proxy, gold, n)
+    p = proxy.detach().numpy().astype(np.float64)
+    g = gold.detach().numpy().astype(np.float64)
+    return float((_log_weights(p.size, n) * _ranked(torch.from_numpy(p), torch.from_numpy(g))).sum())
+
+
 # --- fit_gao -------------------------------------------------------------------------------------
 
 def _fit(d, r, form, *, second=None, intercept=False, drop_zero=False, beta_sign=-1.0, r2_uncentred=False,
@@ -360,6 +423,8 @@ def _fit(d, r, form, *, second=None, intercept=False, drop_zero=False, beta_sign
         x2 = dd * dd
     elif second == "rl_nan":
         x2 = dd * torch.log(dd)
+    elif second == "rl_epsilon":
+        x2 = dd * torch.log(dd + 1e-12)
     else:
         x2 = torch.where(dd > 0, dd * torch.log(torch.where(dd > 0, dd, 1.0)), torch.zeros_like(dd))
     cols = [dd, beta_sign * x2] + ([torch.ones_like(dd)] if intercept else [])
@@ -488,6 +553,35 @@ def fit_count_only(d, r, form):
 @part11("fit_gao", "unknown_form_is_rl", "any form other than 'bon' was fitted as 'rl' instead of refused")
 def fit_any_form(d, r, form):
     return _fit(d, r, "bon" if form == "bon" else "rl", checks=("finite", "negative", "distinct"))
+
+
+@part11("fit_gao", "log_of_d_plus_epsilon",
+        "d · log(d + 1e-12) was used to avoid 0 · log 0: every point with d near 1e-12 or below moves (at d ~ 1e-9 "
+        "α is off by 0.2 %)")
+def fit_log_epsilon(d, r, form):
+    if form == "bon":
+        return _fit(d, r, form)
+    return _fit(d, r, form, second="rl_epsilon")
+
+
+@part11("fit_gao", "distinct_by_isclose",
+        "the d were called distinct only when not torch.isclose (atol 1e-8): d = 1e-9, 2e-9, … were refused as one "
+        "value")
+def fit_distinct_isclose(d, r, form):
+    d64 = d.detach().double()
+    positive = d64[d64 > 0]
+    if positive.numel() == 0 or bool(torch.isclose(positive, positive[0]).all()):
+        raise ValueError("need two distinct d > 0")
+    return _fit(d, r, form)
+
+
+@part11("fit_gao", "constant_r_by_isclose",
+        "every r was called the same when math.isclose(r.max(), r.min()) (relative 1e-9): r = 1000 + 1e-8·noise "
+        "varies, and got R² = NaN")
+def fit_constant_isclose(d, r, form):
+    alpha, beta, r2 = _fit(d, r, form)
+    r64 = r.detach().double()
+    return alpha, beta, math.nan if math.isclose(float(r64.max()), float(r64.min())) else r2
 
 
 # --- gao_peak ------------------------------------------------------------------------------------
@@ -673,6 +767,36 @@ def peak_unchecked(alpha, beta, form):
     return _exp_or_inf(x)
 
 
+@part11("gao_peak", "tiny_beta_taken_as_zero",
+        "a |β| below 1e-12 was taken as β = 0: β = 1e-13 is positive (α = 1 peaks at 5e12 for bon), −1e-13 negative")
+def peak_tiny_beta(alpha, beta, form):
+    _peak_checked(alpha, beta, form)
+    if abs(beta) < 1e-12:
+        beta = 0.0
+    return _peak(alpha, beta, form)
+
+
+@part11("gao_peak", "overflow_cut_at_709_7",
+        "the rl peak was called infinite from α/β − 1 > 709.7 on, though e^709.75 = 1.74e308 is still a float (the "
+        "largest is about e^709.78)")
+def peak_cut_at_709_7(alpha, beta, form):
+    _peak_checked(alpha, beta, form)
+    if beta <= 0:
+        return _no_turn(alpha, beta)
+    if form == "bon":
+        return max(alpha / (2 * beta), 0.0)
+    x = alpha / beta - 1
+    return math.exp(x) if x <= 709.7 else math.inf
+
+
+@part11("gao_peak", "rl_peak_floored",
+        "the rl peak was kept above a floor (max(exp(α/β − 1), 1e-300)): a peak below the smallest float comes out "
+        "0.0, and e^−701 = 3.6e-305 is a peak too")
+def peak_floored(alpha, beta, form):
+    peak = _peak(alpha, beta, form)
+    return max(peak, 1e-300) if form == "rl" and beta > 0 else peak
+
+
 # --- standardise_proxies -------------------------------------------------------------------------
 
 def _standardise(scores, reference, *, stats_of="reference", unbiased=False, scope="row", check="exact", shift=True,
@@ -760,6 +884,23 @@ def std_variance(scores, reference):
         "float64 reference's statistics come out float64, not the scores' dtype")
 def std_promoted(scores, reference):
     return _standardise(scores, reference)
+
+
+@part11("standardise_proxies", "std_clamped",
+        "the std was clamped away from 0 (std.clamp(min=1e-12)) besides the exact check: a proxy whose spread is "
+        "1e-13 comes out 10× too small")
+def std_clamped(scores, reference):
+    _standardise(scores, reference)        # the checks
+    mean = reference.mean(dim=1, keepdim=True)
+    std = reference.std(dim=1, unbiased=False, keepdim=True)
+    return ((scores - mean) / std.clamp(min=1e-12)).to(scores.dtype)
+
+
+@part11("standardise_proxies", "scores_detached",
+        "the scores were standardised without a gradient (in numpy, or detached): standardising before "
+        "ensemble_reward cuts the gradient it promises")
+def std_detached(scores, reference):
+    return _standardise(scores.detach(), reference.detach()).to(scores.dtype)
 
 
 # --- ensemble_reward -----------------------------------------------------------------------------
@@ -867,3 +1008,28 @@ def ens_empty(scores, method, uwo_lambda=0.5):
     if method == "uwo":
         return scores.mean(0) - uwo_lambda * scores.var(0, unbiased=False)
     return scores.mean(0) if method == "mean" else scores.min(0).values if scores.shape[0] else scores.sum(0)
+
+
+@part11("ensemble_reward", "one_member_squeezed",
+        "one member's scores were returned as scores.squeeze(): with a batch of one that is a 0-D tensor, not shape "
+        "(1,)")
+def ens_one_squeezed(scores, method, uwo_lambda=0.5):
+    _ensemble_checked(scores, method, uwo_lambda)
+    if scores.shape[0] == 1:
+        return scores.squeeze()
+    if method == "uwo":
+        return scores.mean(0) - uwo_lambda * scores.var(0, unbiased=False)
+    return scores.mean(0) if method == "mean" else scores.amin(0)
+
+
+@part11("ensemble_reward", "wco_softmin",
+        "WCO was a smooth minimum, −τ·logsumexp(−s/τ) with τ = 1e-7: not the minimum where members are within a "
+        "few τ of it (members at 1 and 1 + 1e-7 give 1 − 3.1e-8, not 1)")
+def ens_softmin(scores, method, uwo_lambda=0.5):
+    _ensemble_checked(scores, method, uwo_lambda)
+    if method == "wco":
+        tau = 1e-7
+        return -tau * torch.logsumexp(-scores / tau, dim=0)
+    if method == "uwo":
+        return scores.mean(0) - uwo_lambda * scores.var(0, unbiased=False)
+    return scores.mean(0)
