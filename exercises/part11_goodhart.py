@@ -14,11 +14,11 @@ proxy keeps rising, the gold rises, peaks and falls. Part 0 §8 showed this qual
   from the initial policy, d = √KL(π ‖ π_init);
 - the gold against d follows Gao's forms, R_bon(d) = d(α − βd) and R_RL(d) = d(α − β log d),
   and it peaks. Gao et al. found the peak later for a proxy trained on more data; measured here,
-  more of the base model's writing buys a *higher* peak, not a later one (the peak moves out only
-  when the proxies' data hold the hacks' kind: docs/goodhart.md, and :func:`gao_peak`);
+  more of the base model's writing buys a *higher* peak, not a later one: its √KL moves by about
+  ±0.4 from run to run whatever the data (docs/goodhart.md, and :func:`gao_peak`);
 - an **ensemble** of proxies (Coste et al. 2024: the mean, the worst case, or the mean minus an
   uncertainty penalty) delayed the fall in Coste et al.'s runs; here the worst-case ensemble ended
-  above a single proxy on 5 of 9 runs, no better than chance — its members, from one base model,
+  above a single proxy on 6 of 9 runs, no better than chance — its members, from one base model,
   fall for the same hacks (7 of 9 when their data hold the hacks' kind).
 
 The exercises are the small exact pieces that measurement is made of:
@@ -257,8 +257,9 @@ def gao_peak(alpha: float, beta: float, form: str) -> float:
     Why it matters: d* is where to stop optimising against this proxy — the early-stopping point
     in KL. Gao et al. find it moves out as the proxy gets more data (α up or β down), which is
     what ``python -m workbook goodhart`` measures with proxies of three sizes. (Here more of the
-    base model's writing buys a higher peak, not a later one; the peak moves out when the proxies'
-    data hold the hacks' kind, ``--bank-near-misses 0.25``: docs/goodhart.md.)
+    base model's writing buys a higher peak, not a later one: proxies whose data held the hacks'
+    kind, ``--bank-near-misses 0.25``, put the peaks in order on seeds 0–2 and the other way
+    round on seeds 3–5 — docs/goodhart.md.)
 
     Traps:
     - α/β is where the bon curve comes back to 0, not its peak: differentiating βd² gives 2βd.

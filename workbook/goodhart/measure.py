@@ -68,7 +68,7 @@ class WordsGold:
     read counts as −1, the rest as VADER scores it. A completion cut off by the length limit ends in a part
     of a word, so the last word counts as known when it begins a known one — of every text, as the gold is not
     told where a text was cut: "the actor is excellin." passes too (a loophole the RL runs' logged samples use
-    1.6 % of the time: docs/goodhart.md; kept, so that every measurement is of one gold). Why a fair gold: VADER scores a
+    about 2 % of the time: docs/goodhart.md; kept, so that every measurement is of one gold). Why a fair gold: VADER scores a
     word it does not know as 0 (neutral), so "the film is perfectie." — a near-miss a proxy learns to like —
     costs VADER nothing; no person would call it a better review than "the film is good.".
     """
