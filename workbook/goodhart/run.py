@@ -513,8 +513,8 @@ def print_table(res: dict) -> None:
         end = f"{f['final_gold']:+.2f}" if f.get("final_gold") is not None else "—"
         print(f"{name:<14}{a:>14}{f['method']:>5}{f['alpha']:>8.3f}{f['beta']:>8.3f}{f['r2']:>6.2f}{peak:>10}"
               f"{measured:>24}{end:>17}")
-    print("peak √KL: where the fitted form turns down (never: β ≤ 0, it only rises); the last two columns are measured, "
-          "on the mean curve")
+    print("peak √KL: where the fitted form turns down (never: β ≤ 0, the form does not turn down); the last two columns "
+          "are measured, on the mean curve")
 
 
 @command
