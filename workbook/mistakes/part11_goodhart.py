@@ -692,13 +692,18 @@ def peak_swapped(alpha, beta, form):
         "the rl peak was called infinite from α/β − 1 ≥ 709 on, though e^709.5 is still a float (the largest is "
         "about e^709.78)")
 def peak_cut_at_709(alpha, beta, form):
+    return _peak_cut(alpha, beta, form, lambda x: x >= 709)
+
+
+def _peak_cut(alpha, beta, form, too_big):
+    """The reference's peak, but the rl peak called infinite wherever ``too_big(α/β − 1)``."""
     _peak_checked(alpha, beta, form)
     if beta <= 0:
         return _no_turn(alpha, beta)
     if form == "bon":
         return max(alpha / (2 * beta), 0.0)
     x = alpha / beta - 1
-    return math.exp(x) if x < 709 else math.inf
+    return math.inf if too_big(x) else math.exp(x)
 
 
 @part11("gao_peak", "exp_over_e_overflows_early",
@@ -780,13 +785,7 @@ def peak_tiny_beta(alpha, beta, form):
         "the rl peak was called infinite from α/β − 1 > 709.7 on, though e^709.75 = 1.74e308 is still a float (the "
         "largest is about e^709.78)")
 def peak_cut_at_709_7(alpha, beta, form):
-    _peak_checked(alpha, beta, form)
-    if beta <= 0:
-        return _no_turn(alpha, beta)
-    if form == "bon":
-        return max(alpha / (2 * beta), 0.0)
-    x = alpha / beta - 1
-    return math.exp(x) if x <= 709.7 else math.inf
+    return _peak_cut(alpha, beta, form, lambda x: x > 709.7)
 
 
 @part11("gao_peak", "rl_peak_floored",

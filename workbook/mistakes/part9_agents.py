@@ -469,9 +469,14 @@ def mask_bool(responses, by_model, eos_id, mask_truncated=True):
 @part9("agent_loss_mask", "lengths_not_checked",
        "by_model was not checked against responses: flags that do not fit were padded or cut silently (a ValueError is due)")
 def mask_unchecked(responses, by_model, eos_id, mask_truncated=True):
+    return _flags_padded_or_cut(responses, by_model[:len(responses)], eos_id, mask_truncated)
+
+
+def _flags_padded_or_cut(responses, by_model, eos_id, mask_truncated):
+    """completion_mask's mask times each row's flags, padded with 0 or cut to the mask's width: no check."""
     mask, truncated = _p9.completion_mask(responses, eos_id, mask_truncated)
     flags = torch.zeros_like(mask)
-    for b, m in enumerate(by_model[:len(responses)]):
+    for b, m in enumerate(by_model):
         n = min(len(m), mask.shape[1])
         flags[b, :n] = m[:n].float()
     return mask * flags, truncated
@@ -483,12 +488,7 @@ def mask_unchecked(responses, by_model, eos_id, mask_truncated=True):
 def mask_total_checked(responses, by_model, eos_id, mask_truncated=True):
     if len(responses) != len(by_model) or sum(map(len, responses)) != sum(map(len, by_model)):
         raise ValueError("by_model does not fit responses")
-    mask, truncated = _p9.completion_mask(responses, eos_id, mask_truncated)
-    flags = torch.zeros_like(mask)
-    for b, m in enumerate(by_model):
-        n = min(len(m), mask.shape[1])
-        flags[b, :n] = m[:n].float()
-    return mask * flags, truncated
+    return _flags_padded_or_cut(responses, by_model, eos_id, mask_truncated)
 
 
 @part9("agent_loss_mask", "last_id_read_from_zero_padding",
