@@ -20,6 +20,7 @@ printed with the figures, and CPU seconds beside wall seconds.
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import subprocess
@@ -68,6 +69,39 @@ def rl_walls(run_dir: Path) -> dict[str, float]:
     for summary in sorted(run_dir.glob("seed*/rl/*/summary.json")):
         out[summary.parent.name] = json.loads(summary.read_text()).get("ppo_wall_s")
     return out
+
+
+def per_decade(points: list[tuple[object, int, float]]) -> dict:
+    """How a per-seed quantity moves with the proxy's data: the least-squares slope of ``y`` on log10(pairs) within
+    each seed (each seed's points centred on its own means, so that a seed's level does not count), its standard
+    error and the residual standard deviation. ``points``: (seed, pairs, y); a seed with fewer than two is left out."""
+    by_seed: dict = {}
+    for seed, pairs, y in points:
+        if y is not None:
+            by_seed.setdefault(seed, []).append((math.log10(pairs), y))
+    xs, ys = [], []
+    for pts in by_seed.values():
+        if len(pts) >= 2:
+            mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
+            xs += [x - mx for x, _ in pts]
+            ys += [y - my for _, y in pts]
+    groups = sum(len(p) >= 2 for p in by_seed.values())
+    sxx = sum(x * x for x in xs)
+    if not xs or sxx == 0:
+        return {"slope": None, "se": None, "residual_sd": None, "points": len(xs)}
+    slope = sum(x * y for x, y in zip(xs, ys)) / sxx
+    dof = len(xs) - groups - 1
+    s2 = sum((y - slope * x) ** 2 for x, y in zip(xs, ys)) / dof if dof > 0 else float("nan")
+    return {"slope": slope, "se": math.sqrt(s2 / sxx), "residual_sd": math.sqrt(s2), "points": len(xs)}
+
+
+def per_tenfold_data(fits: list[dict]) -> dict:
+    """How far the peak (fitted and measured √KL) and the gold at it move per 10× the proxy's data, from each seed's
+    own curves: the size of the effect goal 2 asks three seeds to put in order, beside the noise it has to beat."""
+    return {m: {key: per_decade([(f["seed"], f["proxy_pairs"], f[key]) for f in fits
+                                 if f["method"] == m and f["seed"] != "mean" and not f.get("ensemble")])
+                for key in ("d_peak", "measured_peak_d", "measured_peak_gold")}
+            for m in ("bon", "rl")}
 
 
 def goals(res: dict, seeds: list[int], sizes: list[int], wall_s: float, rl_walls: list[float]) -> dict:
@@ -129,6 +163,7 @@ def goals(res: dict, seeds: list[int], sizes: list[int], wall_s: float, rl_walls
         "2_peak_moves_with_data": {"d_peak": peaks, "holds": moves},
         "2_peak_gold_rises_with_data": {"peak_gold": peak_gold, "holds": {
             m: all(b > a for a, b in zip(v, v[1:])) for m, v in peak_gold.items()}},
+
         "3_ensemble_beats_single_same_kl": {"per_seed": g3, "holds": bool(g3) and all(x["holds"] for x in g3)},
         "4_time": {"wall_s": wall_s, "longest_rl_run_s": max(rl_walls) if rl_walls else None,
                    "holds": wall_s <= 900 and (max(rl_walls) if rl_walls else 0) <= 120},
@@ -175,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     draw(res, Path(options.runs_dir) / "goodhart.png", args, source="benchmarks/goodhart.py")
     rl_wall = [w for s in per_seed for w in s["rl_wall_s"].values() if w is not None]
     res["goals"] = goals(res, options.seeds, args.sizes(), wall_s, rl_wall)
+    res["per_tenfold_data"] = per_tenfold_data(res["fits"])
     res.update({"seeds": options.seeds, "wall_s": wall_s, "cpu_s": cpu_s, "rl_wall_s": rl_wall,
                 "per_seed_wall_s": {s["seed"]: s["wall_s"] for s in per_seed},
                 "load_average": os.getloadavg(), "figure": str(Path(options.runs_dir) / "goodhart.png")})

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import runpy
 from pathlib import Path
@@ -330,7 +331,6 @@ def test_each_curve_is_fitted_on_its_mean_over_the_seeds_on_the_points_every_see
     """The fit drawn dashed is the fit of the solid curve drawn: the seeds' mean, point by point, cut to the shortest
     run. Three RL runs whose gold is Gao's form plus a per-seed offset that cancels in the mean: the mean curve's fit
     gives the form back exactly; each seed's own fit does not."""
-    import math
 
     from solutions import part11_goodhart as part11
     from workbook.goodhart.fits import RL_BIN, fit_rows
@@ -371,3 +371,19 @@ def test_goal_1_asks_for_a_peak_after_the_base_policys_own_batch(peak_d, holds):
     falls = runpy.run_path(str(Path(__file__).resolve().parent.parent / "benchmarks" / "check_figures.py"))["_goodhart_falls"]
     g["1_rl_gold_falls_each_proxy"]["per_size"]["100"] = g["1_rl_gold_falls_each_proxy"]["per_size"]["30"]  # its 3 sizes
     assert falls(0.15, 0.4, 1)({"goals": g})[1] is holds, "make check-figures' claim asks the same"
+
+
+def test_per_decade_is_the_within_seed_slope_on_log10_pairs():
+    """The benchmark's size of goal 2's effect: a seed's own level does not count, only how its points move."""
+    per_decade = runpy.run_path(str(Path(__file__).resolve().parent.parent / "benchmarks" / "goodhart.py"))["per_decade"]
+    levels = {0: 2.0, 1: 3.5, 2: -1.0}  # far apart: a slope across seeds would mix them in
+    points = [(s, n, level + 0.25 * math.log10(n)) for s, level in levels.items() for n in (100, 1000, 10000)]
+    # Seed 1 without its 10,000-pair point (a fit without a peak): pooled over seeds, its high level would tilt the
+    # slope; a seed with one point left is left out.
+    uneven = [(s, n, None if (s, n) == (1, 10000) else y) for s, n, y in points]
+    got = per_decade(uneven + [(3, 1000, 9.0), (4, 1000, None), (4, 3000, 5.0)])
+    assert got["slope"] == pytest.approx(0.25, abs=1e-12) and got["se"] == pytest.approx(0.0, abs=1e-9)
+    assert got["points"] == 8
+    noisy = per_decade([(s, n, y + (0.1 if n == 1000 else 0.0)) for s, n, y in points])  # the middle one: no tilt
+    assert noisy["slope"] == pytest.approx(0.25, abs=1e-12) and noisy["se"] > 0 and noisy["residual_sd"] > 0
+    assert per_decade([(0, 1000, 1.0)])["slope"] is None
