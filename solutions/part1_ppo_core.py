@@ -220,7 +220,10 @@ class PPOScheduler:
 
         lr_k = initial_lr + (k / total_phases) · (end_lr − initial_lr),
 
-    so the ``total_phases``-th call sets exactly ``end_lr``. Call it once per learning phase
+    so the ``total_phases``-th call sets exactly ``end_lr`` (in floating point the formula at
+    k = total_phases can miss it by a rounding: 1e-3 + 1.0 · (1e-4 − 1e-3) is
+    1.0000000000000005e-4, so that call sets ``end_lr`` itself, or the rate is written in a form
+    exact at both ends, (1 − k/T) · initial_lr + (k/T) · end_lr). Call it once per learning phase
     (not per minibatch). Annealing helps PPO: late updates become small, so a good policy is
     not knocked over by one noisy batch.
     """
@@ -255,6 +258,8 @@ class PPOScheduler:
         self.n_step_calls += 1
         fraction = self.n_step_calls / self.total_phases
         lr = self.initial_lr + fraction * (self.end_lr - self.initial_lr)
+        if self.n_step_calls == self.total_phases:
+            lr = self.end_lr  # exactly: the formula at fraction 1.0 can be one rounding off
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.distributions.categorical import Categorical
 
-from workbook.checking import (WrongAnswer, assert_close, check_call, check_exercise, describe_call, explain, known_mistake,
-                               matching_mistakes, summarize)
+from workbook.checking import (WrongAnswer, assert_close, check_call, check_exercise, check_inputs_untouched, describe_call,
+                               explain, known_mistake, matching_mistakes, summarize)
 
 PART = "part1_ppo_core"
 POINTS = {
@@ -90,12 +90,18 @@ def test_compute_advantages_hand_computed_example(impl):
 
 
 @pytest.mark.exercise("compute_advantages")
-def test_compute_advantages_carries_no_gradient(impl):
-    inputs = rollout(0, requires_grad=True)
+@pytest.mark.parametrize("critic_output", ["values", "next_value"])
+def test_compute_advantages_carries_no_gradient(impl, critic_output):
+    # Both come from the critic: detaching `values` alone still lets gradient in through V(s_T).
+    inputs = rollout(0)
+    inputs[critic_output].requires_grad_(True)
     got = impl.compute_advantages(**inputs, gamma=0.99, gae_lambda=0.95)
     if got.requires_grad:
-        raise WrongAnswer(explain(describe_call("compute_advantages", **inputs), "output requires grad",
-                                  [mistake("compute_advantages", "gradient_leaks_into_advantages")]))
+        only_values_detached = critic_output == "next_value" and not impl.compute_advantages(
+            **rollout(0, requires_grad=True), gamma=0.99, gae_lambda=0.95).requires_grad
+        name = "next_value_not_detached" if only_values_detached else "gradient_leaks_into_advantages"
+        raise WrongAnswer(explain(describe_call("compute_advantages", **inputs),
+                                  f"output requires grad when only {critic_output} does", [mistake("compute_advantages", name)]))
 
 
 @pytest.mark.exercise("compute_advantages")
@@ -215,16 +221,46 @@ def surrogate_inputs(seed: int, minibatch_size: int = 32, num_actions: int = 4, 
 
 
 @pytest.mark.exercise("calc_clipped_surrogate_objective")
-@pytest.mark.parametrize("seed,clip_coef", [(0, 0.2), (1, 0.1)])
-def test_clipped_surrogate_matches_reference(impl, ref, seed, clip_coef):
+@pytest.mark.parametrize("seed,clip_coef,eps", [(0, 0.2, None), (1, 0.1, None), (2, 0.2, 0.5)])
+def test_clipped_surrogate_matches_reference(impl, ref, seed, clip_coef, eps):
+    # eps=None: left at its default (1e-8); 0.5 shows whether the eps given is the one used.
     logits, actions, advantages, old_logprobs = surrogate_inputs(seed)
+    extra = () if eps is None else (eps,)
 
     def run(fn):
-        return fn(Categorical(logits=logits.clone()), actions.clone(), advantages.clone(), old_logprobs.clone(), clip_coef)
+        return fn(Categorical(logits=logits.clone()), actions.clone(), advantages.clone(), old_logprobs.clone(), clip_coef,
+                  *extra)
 
     call = describe_call("calc_clipped_surrogate_objective", Categorical(logits=logits), actions, advantages,
-                         old_logprobs, clip_coef)
+                         old_logprobs, clip_coef, *extra)
     check_exercise(impl, ref, "calc_clipped_surrogate_objective", run, call=call)
+    args = (Categorical(logits=logits), actions, advantages, old_logprobs, clip_coef, *extra)
+    try:
+        check_inputs_untouched(impl, "calc_clipped_surrogate_objective", call, args, {})
+    except WrongAnswer as error:
+        raise WrongAnswer(explain(call, str(error), [mistake("calc_clipped_surrogate_objective",
+                                                             "advantages_normalised_in_place")])) from None
+
+
+def gradient_of(fn, logits: torch.Tensor, *args) -> torch.Tensor:
+    """d fn(Categorical(logits), *args) / d logits."""
+    logits = logits.detach().clone().requires_grad_(True)
+    out = fn(Categorical(logits=logits), *args)
+    if not out.requires_grad:
+        return torch.full_like(logits, float("nan"))
+    return torch.autograd.grad(out, logits, allow_unused=True)[0]
+
+
+@pytest.mark.exercise("calc_clipped_surrogate_objective")
+@pytest.mark.parametrize("seed,clip_coef", [(0, 0.2), (1, 0.1)])
+def test_clipped_surrogate_gradient_matches_reference(impl, ref, seed, clip_coef):
+    # Some ratios are clipped (no gradient), the others inside [1 − ε, 1 + ε], where both terms
+    # of the min are equal: the gradient there is the whole of d(r·Â), whichever term carries it.
+    logits, actions, advantages, old_logprobs = surrogate_inputs(seed)
+    check_exercise(impl, ref, "calc_clipped_surrogate_objective",
+                   lambda fn: gradient_of(fn, logits, actions.clone(), advantages.clone(), old_logprobs.clone(), clip_coef),
+                   call=f"gradient of calc_clipped_surrogate_objective(Categorical(logits), ..., clip_coef={clip_coef}) "
+                        "w.r.t. the logits")
 
 
 @pytest.mark.exercise("calc_clipped_surrogate_objective")
@@ -290,6 +326,33 @@ def test_clipped_value_function_loss_matches_reference(impl, ref, seed, vf_coef,
     check_call(impl, ref, "calc_clipped_value_function_loss", values, old_values, returns, vf_coef, clip_range)
 
 
+def value_gradient(fn, values: torch.Tensor, *args) -> torch.Tensor:
+    """d fn(values, *args) / d values (NaN where the loss carries no gradient at all)."""
+    values = values.detach().clone().requires_grad_(True)
+    out = fn(values, *args)
+    if not out.requires_grad:
+        return torch.full_like(values, float("nan"))
+    return torch.autograd.grad(out, values)[0]
+
+
+@pytest.mark.exercise("calc_value_function_loss")
+def test_value_function_loss_gradient_reaches_the_values(impl, ref):
+    values, _, returns = value_inputs(1)
+    check_exercise(impl, ref, "calc_value_function_loss", lambda fn: value_gradient(fn, values, returns.clone(), 0.5),
+                   call="gradient of calc_value_function_loss(values, returns, 0.5) w.r.t. values")
+
+
+@pytest.mark.exercise("calc_clipped_value_function_loss")
+@pytest.mark.parametrize("clip_range", [0.2, 0.5])
+def test_clipped_value_loss_gradient_matches_reference(impl, ref, clip_range):
+    # Moves inside the clip range give two equal errors: the gradient there is the whole of d(values − R)²,
+    # outside it only the unclipped error's when that is the larger one.
+    values, old_values, returns = value_inputs(3)
+    check_exercise(impl, ref, "calc_clipped_value_function_loss",
+                   lambda fn: value_gradient(fn, values, old_values.clone(), returns.clone(), 0.5, clip_range),
+                   call=f"gradient of calc_clipped_value_function_loss(values, ..., 0.5, {clip_range}) w.r.t. values")
+
+
 @pytest.mark.exercise("calc_clipped_value_function_loss")
 @HYPOTHESIS
 @given(seed=st.integers(0, 10_000))
@@ -315,6 +378,25 @@ def test_entropy_bonus_matches_reference(impl, ref):
 
 
 @pytest.mark.exercise("calc_entropy_bonus")
+def test_entropy_bonus_with_actions_of_probability_zero(impl):
+    # Masked actions (logit −inf) have p = 0: their term p·log p is 0, not 0·(−inf) = NaN.
+    logits = torch.tensor([[0.0, 0.0, -math.inf, -math.inf], [0.0, 0.0, 0.0, -math.inf]])
+    got = impl.calc_entropy_bonus(Categorical(logits=logits), 0.5)
+    expected = torch.tensor(0.5 * (math.log(2) + math.log(3)) / 2)
+    assert_close(got, expected, rtol=1e-5, atol=1e-6, msg=lambda m: explain(
+        "calc_entropy_bonus(Categorical(logits=[[0, 0, -inf, -inf], [0, 0, 0, -inf]]), 0.5)",
+        "must equal 0.5 · mean(log 2, log 3)\n  " + m,
+        [mistake("calc_entropy_bonus", "entropy_by_hand_nan_at_zero_probability")] if torch.isnan(got).any() else []))
+
+
+@pytest.mark.exercise("calc_entropy_bonus")
+def test_entropy_bonus_gradient_reaches_the_policy(impl, ref):
+    logits = torch.randn(16, 5, generator=torch.Generator().manual_seed(1))
+    check_exercise(impl, ref, "calc_entropy_bonus", lambda fn: gradient_of(fn, logits, 0.5),
+                   call="gradient of calc_entropy_bonus(Categorical(logits), 0.5) w.r.t. the logits")
+
+
+@pytest.mark.exercise("calc_entropy_bonus")
 @HYPOTHESIS
 @given(n=st.integers(1, 50), batch=st.integers(1, 8), ent_coef=st.floats(0.001, 1.0))
 def test_entropy_of_uniform_policy_is_log_n(impl, n, batch, ent_coef):
@@ -328,7 +410,8 @@ def test_entropy_of_uniform_policy_is_log_n(impl, n, batch, ent_coef):
 def lr_schedule(scheduler_cls, initial_lr=1e-3, end_lr=1e-4, total_phases=5):
     """Learning rates of both param groups after each step, and whether an extra step raises."""
     a, b = nn.Parameter(torch.zeros(1)), nn.Parameter(torch.zeros(1))
-    opt = torch.optim.Adam([{"params": [a]}, {"params": [b]}], lr=initial_lr)
+    # The second group starts at another rate: lr_k is set from initial_lr, whatever a group held.
+    opt = torch.optim.Adam([{"params": [a]}, {"params": [b], "lr": 0.5}], lr=initial_lr)
     scheduler = scheduler_cls(opt, initial_lr, end_lr, total_phases)
     lrs = []
     for _ in range(total_phases):
@@ -348,6 +431,18 @@ def test_scheduler_decays_linearly_to_end_lr(impl, ref, initial_lr, end_lr, tota
     check_exercise(impl, ref, "PPOScheduler", lambda cls: lr_schedule(cls, initial_lr, end_lr, total_phases),
                    call=f"PPOScheduler(optimizer with 2 param groups, {initial_lr}, {end_lr}, {total_phases}).step() × {total_phases + 1}",
                    rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.exercise("PPOScheduler")
+@pytest.mark.parametrize("initial_lr,end_lr,total_phases", [(1e-3, 1e-4, 5), (3e-4, 1e-5, 7)])
+def test_scheduler_reaches_end_lr_exactly(impl, initial_lr, end_lr, total_phases):
+    # 1e-3 + 1.0 · (1e-4 − 1e-3) is 1.0000000000000005e-4: the formula alone is one rounding off.
+    got = lr_schedule(impl.PPOScheduler, initial_lr, end_lr, total_phases)["lr after each step (both groups)"][-1].tolist()
+    if got != [end_lr, end_lr]:
+        raise WrongAnswer(explain(f"PPOScheduler(optimizer, {initial_lr}, {end_lr}, {total_phases}).step() × {total_phases}",
+                                  f"the last rates are {got!r}, not exactly end_lr={end_lr!r}",
+                                  [mistake("PPOScheduler", "formula_rounds_past_end_lr")]
+                                  if all(math.isclose(x, end_lr, rel_tol=1e-12) for x in got) else []))
 
 
 def optimizer_summary(make_optimizer, total_phases: int = 4, initial_lr: float = 1e-3, end_lr: float = 1e-4):

@@ -98,6 +98,41 @@ class SchedulerFromLinspace:
             group["lr"] = lr
 
 
+@part1("PPOScheduler", "lerp_exact_at_both_ends",
+       "the rate written as (1 − f)·initial_lr + f·end_lr (exact at f = 0 and f = 1), the guard on == total_phases")
+class SchedulerLerp:
+    def __init__(self, optimizer, initial_lr, end_lr, total_phases):
+        if total_phases <= 0 or min(initial_lr, end_lr) < 0:
+            raise ValueError("need total_phases > 0 and non-negative learning rates")
+        self.optimizer, self.initial_lr, self.end_lr, self.total_phases = optimizer, initial_lr, end_lr, total_phases
+        self.n_step_calls = 0
+
+    def step(self):
+        if self.n_step_calls == self.total_phases:
+            raise RuntimeError("PPOScheduler.step() called more than total_phases times")
+        self.n_step_calls += 1
+        f = self.n_step_calls / self.total_phases
+        for group in self.optimizer.param_groups:
+            group["lr"] = (1.0 - f) * self.initial_lr + f * self.end_lr
+
+
+@part1("calc_clipped_surrogate_objective", "probability_ratio_and_negated_max",
+       "the ratio as a quotient of probabilities, the min written as −max(−r·Â, −clip(r)·Â)")
+def surrogate_negated_max(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps=1e-8):
+    if not clip_coef > 0:
+        raise ValueError("clip_coef must be positive")
+    adv = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + eps)
+    ratio = dist.log_prob(mb_action).exp() / mb_logprobs.exp()
+    return -torch.max(-ratio * adv, -ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv).mean()
+
+
+@part1("calc_entropy_bonus", "probs_times_clamped_logits",
+       "−Σ p·log p by hand, with the log-probabilities clamped to a finite minimum first (p = 0 gives 0, not NaN)")
+def entropy_clamped_logits(dist, ent_coef):
+    logp = dist.logits.clamp(min=torch.finfo(dist.logits.dtype).min)
+    return ent_coef * (-(dist.probs * logp).sum(-1)).mean()
+
+
 @part1("make_optimizer", "one_param_group_per_network",
        "Adam with two param groups (actor, critic) sharing the same settings")
 def optimizer_two_groups(actor, critic, total_phases, initial_lr, end_lr=0.0):

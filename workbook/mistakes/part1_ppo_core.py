@@ -76,6 +76,12 @@ def gae_with_grad(next_value, next_terminated, rewards, values, terminated, gamm
     return _gae(next_value, next_terminated, rewards, values, terminated, gamma, gae_lambda, no_grad=False)
 
 
+@part1("compute_advantages", "next_value_not_detached",
+       "values were detached but next_value was not: gradient still flows into the critic through V(s_T)")
+def gae_next_value_attached(next_value, next_terminated, rewards, values, terminated, gamma, gae_lambda):
+    return _gae(next_value, next_terminated, rewards, values.detach(), terminated, gamma, gae_lambda, no_grad=False)
+
+
 # --- get_minibatch_indices ------------------------------------------------------------
 
 @part1("get_minibatch_indices", "sampled_with_replacement",
@@ -119,7 +125,7 @@ def minibatches_drop_remainder(rng, batch_size, minibatch_size):
 # --- calc_clipped_surrogate_objective -------------------------------------------------
 
 def _surrogate(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps=1e-8, *, normalise=True,
-               ratio_fn=None, combine=torch.minimum, clip_advantage=False, sign=1.0, scale=None):
+               ratio_fn=None, combine=torch.minimum, clip_advantage=False, sign=1.0, scale=None, detach_clipped=False):
     if scale is None:
         scale = mb_advantages.std() + eps
     adv = (mb_advantages - mb_advantages.mean()) / scale if normalise else mb_advantages
@@ -129,6 +135,8 @@ def _surrogate(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps=1e-8,
         clipped = ratio * torch.clamp(adv, 1 - clip_coef, 1 + clip_coef)
     else:
         clipped = torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef) * adv
+    if detach_clipped:
+        clipped = clipped.detach()
     return sign * combine(ratio * adv, clipped).mean()
 
 
@@ -167,6 +175,28 @@ def surrogate_no_exp(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps
     return _surrogate(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps, ratio_fn=lambda new, old: new - old)
 
 
+@part1("calc_clipped_surrogate_objective", "eps_argument_ignored",
+       "eps was hard-coded (1e-8) in the normalisation instead of the eps argument")
+def surrogate_fixed_eps(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps=1e-8):
+    return _surrogate(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, 1e-8)
+
+
+@part1("calc_clipped_surrogate_objective", "advantages_normalised_in_place",
+       "the advantages were normalised in place (-=, /=), which overwrites the caller's tensor")
+def surrogate_in_place(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps=1e-8):
+    std = mb_advantages.std()
+    mb_advantages -= mb_advantages.mean()
+    mb_advantages /= std + eps
+    return _surrogate(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps, normalise=False)
+
+
+@part1("calc_clipped_surrogate_objective", "clipped_term_detached",
+       "the clipped term was detached: where the ratio is inside [1 − ε, 1 + ε] the min's tie then passes "
+       "only half the gradient")
+def surrogate_detached_clip(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps=1e-8):
+    return _surrogate(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps, detach_clipped=True)
+
+
 # --- calc_value_function_loss ---------------------------------------------------------
 
 @part1("calc_value_function_loss", "forgot_vf_coef", "vf_coef was not applied")
@@ -203,6 +233,12 @@ def surrogate_no_eps(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps
     return _surrogate(dist, mb_action, mb_advantages, mb_logprobs, clip_coef, eps, scale=mb_advantages.std())
 
 
+@part1("calc_value_function_loss", "values_detached",
+       "the values were detached (it is the returns that carry no gradient): the critic never learns")
+def value_loss_detached(values, mb_returns, vf_coef):
+    return vf_coef * (values.detach() - mb_returns).pow(2).mean()
+
+
 # --- calc_clipped_value_function_loss -------------------------------------------------
 
 @part1("calc_clipped_value_function_loss", "min_instead_of_max",
@@ -232,6 +268,14 @@ def clipped_value_loss_fixed_range(values, old_values, mb_returns, vf_coef, clip
     return vf_coef * 0.5 * torch.maximum((values - mb_returns) ** 2, (clipped - mb_returns) ** 2).mean()
 
 
+@part1("calc_clipped_value_function_loss", "values_detached_in_clipped_term",
+       "the clipped values were built from values.detach(): inside the clip range the max's tie then passes "
+       "only half the gradient")
+def clipped_value_loss_detached_clip(values, old_values, mb_returns, vf_coef, clip_range):
+    clipped = old_values + torch.clamp(values.detach() - old_values, -clip_range, clip_range)
+    return vf_coef * 0.5 * torch.maximum((values - mb_returns) ** 2, (clipped - mb_returns) ** 2).mean()
+
+
 # --- calc_entropy_bonus ---------------------------------------------------------------
 
 @part1("calc_entropy_bonus", "forgot_ent_coef", "ent_coef was not applied")
@@ -249,7 +293,27 @@ def entropy_sum(dist, ent_coef):
     return ent_coef * dist.entropy().sum()
 
 
+@part1("calc_entropy_bonus", "entropy_by_hand_nan_at_zero_probability",
+       "the entropy was computed by hand as −Σ p·log p: an action with p = 0 gives 0·(−inf) = NaN")
+def entropy_by_hand(dist, ent_coef):
+    return ent_coef * (-(dist.probs * dist.probs.log()).sum(-1)).mean()
+
+
+@part1("calc_entropy_bonus", "entropy_without_gradient",
+       "the entropy was computed under torch.no_grad() (or detached): the bonus then never reaches the policy")
+def entropy_no_grad(dist, ent_coef):
+    with torch.no_grad():
+        return ent_coef * dist.entropy().mean()
+
+
 # --- PPOScheduler ---------------------------------------------------------------------
+
+def _linear_lr(scheduler) -> float:
+    """The reference's rate after ``n_step_calls`` calls (end_lr itself on the last one)."""
+    if scheduler.n_step_calls == scheduler.total_phases:
+        return scheduler.end_lr
+    return scheduler.initial_lr + scheduler.n_step_calls / scheduler.total_phases * (scheduler.end_lr - scheduler.initial_lr)
+
 
 @part1("PPOScheduler", "never_reaches_end_lr",
        "the schedule divides by total_phases + 1, so the scheduler never reaches end_lr")
@@ -279,8 +343,7 @@ class SchedulerFirstGroupOnly(_ReferenceScheduler):
         if self.n_step_calls >= self.total_phases:
             raise RuntimeError("called too often")
         self.n_step_calls += 1
-        frac = self.n_step_calls / self.total_phases
-        self.optimizer.param_groups[0]["lr"] = self.initial_lr + frac * (self.end_lr - self.initial_lr)
+        self.optimizer.param_groups[0]["lr"] = _linear_lr(self)
 
 
 @part1("PPOScheduler", "no_error_past_total_phases",
@@ -288,9 +351,34 @@ class SchedulerFirstGroupOnly(_ReferenceScheduler):
 class SchedulerNoGuard(_ReferenceScheduler):
     def step(self):
         self.n_step_calls += 1
-        frac = self.n_step_calls / self.total_phases
+        lr = _linear_lr(self) if self.n_step_calls <= self.total_phases else \
+            self.initial_lr + self.n_step_calls / self.total_phases * (self.end_lr - self.initial_lr)
         for group in self.optimizer.param_groups:
-            group["lr"] = self.initial_lr + frac * (self.end_lr - self.initial_lr)
+            group["lr"] = lr
+
+
+@part1("PPOScheduler", "decrements_current_lr",
+       "each step subtracted (initial_lr − end_lr) / total_phases from the group's current rate, instead of "
+       "setting lr_k from initial_lr: a group that held another rate never follows the schedule")
+class SchedulerDecrements(_ReferenceScheduler):
+    def step(self):
+        if self.n_step_calls >= self.total_phases:
+            raise RuntimeError("called too often")
+        self.n_step_calls += 1
+        for group in self.optimizer.param_groups:
+            group["lr"] -= (self.initial_lr - self.end_lr) / self.total_phases
+
+
+@part1("PPOScheduler", "formula_rounds_past_end_lr",
+       "the last call computed initial_lr + 1.0·(end_lr − initial_lr), which can miss end_lr by a rounding "
+       "(1e-3 → 1e-4 gives 1.0000000000000005e-4); set end_lr itself on that call")
+class SchedulerFormulaOnly(_ReferenceScheduler):
+    def step(self):
+        if self.n_step_calls >= self.total_phases:
+            raise RuntimeError("called too often")
+        self.n_step_calls += 1
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.initial_lr + self.n_step_calls / self.total_phases * (self.end_lr - self.initial_lr)
 
 
 # --- make_optimizer -------------------------------------------------------------------
