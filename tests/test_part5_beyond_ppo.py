@@ -123,19 +123,30 @@ def test_grpo_advantages_matches_reference(impl, ref, scale, seed, groups, group
 
 
 @pytest.mark.exercise("grpo_advantages")
-def test_grpo_advantages_with_another_eps(impl, ref):
-    check_call(impl, ref, "grpo_advantages", group_rewards(3, 3, 4, tied_group=None), 4, "group", eps=0.5)
+@pytest.mark.parametrize("scale", ["group", "batch"])
+def test_grpo_advantages_with_another_eps(impl, ref, scale):
+    check_call(impl, ref, "grpo_advantages", group_rewards(3, 3, 4, tied_group=None), 4, scale, eps=0.5)
+
+
+# (rewards, G): a tied group of 0.7s next to an untied one; eight 0.3s, whose float32 mean is not 0.3 (a formula
+# centred on the mean leaves ±3e-8, which / (std + eps) makes 3e-4); a whole batch tied (rewards.std() = 0 too).
+TIES = {"one group of four": ([0.7] * 4 + [-0.2, 0.1, 0.4, 0.9], 4),
+        "eight 0.3s": ([0.3] * 8 + [-0.2, 0.1, 0.4, 0.9, 1.3, -0.6, 0.0, 0.25], 8),
+        "the whole batch": ([0.3] * 12, 3)}
 
 
 @pytest.mark.exercise("grpo_advantages")
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
-def test_a_tied_group_gets_zero_advantage_not_nan(impl, scale):
-    rewards = torch.tensor([0.7, 0.7, 0.7, 0.7, -0.2, 0.1, 0.4, 0.9])
-    got = impl.grpo_advantages(rewards, 4, scale)
-    if not torch.isfinite(got).all() or got[:4].abs().max() > 1e-6:
-        raise WrongAnswer(explain(describe_call("grpo_advantages", rewards, 4, scale),
-                                  f"a group of equal rewards must get advantage 0 (finite); got {got[:4].tolist()}",
-                                  diagnose("grpo_advantages", got, rewards, 4, scale)))
+@pytest.mark.parametrize("tie", list(TIES))
+def test_a_tied_group_gets_zero_advantage_not_nan(impl, scale, tie):
+    values, g = TIES[tie]
+    rewards = torch.tensor(values)
+    tied = 12 if tie == "the whole batch" else g
+    got = impl.grpo_advantages(rewards, g, scale)
+    if not torch.isfinite(got).all() or got[:tied].abs().max() > 1e-6:
+        raise WrongAnswer(explain(describe_call("grpo_advantages", rewards, g, scale),
+                                  f"a group of equal rewards must get advantage 0 (finite, |a| ≤ 1e-6); got {got[:tied].tolist()}",
+                                  diagnose("grpo_advantages", got, rewards, g, scale)))
 
 
 @pytest.mark.exercise("grpo_advantages")
@@ -163,7 +174,8 @@ def test_grpo_advantages_rejects_bad_arguments(impl, n, group_size, scale):
 def test_grpo_advantages_carry_no_gradient(impl):
     got = impl.grpo_advantages(group_rewards(0, 2, 4).requires_grad_(True), 4)
     if got.requires_grad:
-        raise WrongAnswer(explain("grpo_advantages(rewards requiring grad, 4)", "the advantages require grad"))
+        raise WrongAnswer(explain("grpo_advantages(rewards requiring grad, 4)", "the advantages require grad",
+                                  [mistake("grpo_advantages", "advantages_keep_gradient")]))
 
 
 # --- grpo_loss --------------------------------------------------------------------------
@@ -304,12 +316,15 @@ def test_rloo_worked_example(impl):
 
 
 @pytest.mark.exercise("rloo_advantages")
-def test_rloo_advantages_carry_no_gradient(impl):
-    scores, logprobs, ref_lp, mask = rloo_inputs(0)
-    out = impl.rloo_advantages(scores, logprobs.requires_grad_(True), ref_lp, mask, 4, 0.1)
+@pytest.mark.parametrize("with_grad,name", [("logprobs", "kl_keeps_gradient"), ("scores", "only_the_kl_detached")])
+def test_rloo_advantages_carry_no_gradient(impl, with_grad, name):
+    # "No gradient" whichever input carries one: the log-probs (the policy's), or the scores (a reward model's).
+    inputs = dict(zip(("scores", "logprobs", "ref_logprobs", "mask"), rloo_inputs(0)))
+    inputs[with_grad].requires_grad_(True)
+    out = impl.rloo_advantages(*inputs.values(), 4, 0.1)
     if any(t.requires_grad for t in out):
-        raise WrongAnswer(explain("rloo_advantages(scores, logprobs requiring grad, ...)",
-                                  "the advantages or rewards require grad", [mistake("rloo_advantages", "kl_keeps_gradient")]))
+        raise WrongAnswer(explain(f"rloo_advantages(..., {with_grad} requiring grad, ...)",
+                                  "the advantages or rewards require grad", [mistake("rloo_advantages", name)]))
 
 
 @pytest.mark.exercise("rloo_advantages")

@@ -104,10 +104,61 @@ def grpo_adv_always_group(rewards, group_size, scale="group", eps=1e-4):
     return _scaled(rewards, group_size, "group" if scale in ("batch", "none") else scale, eps, _mean, _std)
 
 
+@part5("grpo_advantages", "tied_group_rounding",
+       "a tied group was centred on its float32 mean, which rounds (eight 0.3s do not average to exactly 0.3): the "
+       "±3e-8 left over, divided by std + eps, became advantages of about 3e-4 instead of exact zeros")
+def grpo_adv_tie_rounding(rewards, group_size, scale="group", eps=1e-4):
+    return _scaled(rewards, group_size, scale, eps, _mean, _std)
+
+
+@part5("grpo_advantages", "eps_inside_the_sqrt",
+       "the std was computed as sqrt(var + eps) instead of std + eps")
+def grpo_adv_eps_in_sqrt(rewards, group_size, scale="group", eps=1e-4):
+    _check_adv(rewards, group_size, scale)
+    with torch.no_grad():
+        grouped = rewards.view(-1, group_size)
+        centred = grouped - grouped.mean(dim=1, keepdim=True)
+        if scale == "group":
+            centred = centred / torch.sqrt(grouped.var(dim=1, keepdim=True) + eps)
+        elif scale == "batch":
+            centred = centred / torch.sqrt(rewards.var() + eps)
+        return centred.reshape(-1)
+
+
+@part5("grpo_advantages", "eps_only_for_group_scale",
+       "eps was used for scale='group' only: scale='batch' divided by rewards.std() + 1e-4 whatever eps was")
+def grpo_adv_batch_fixed_eps(rewards, group_size, scale="group", eps=1e-4):
+    _check_adv(rewards, group_size, scale)
+    with torch.no_grad():
+        grouped = rewards.view(-1, group_size)
+        shifted = grouped - grouped[:, :1]
+        centred = shifted - shifted.mean(dim=1, keepdim=True)
+        if scale == "group":
+            centred = centred / (shifted.std(dim=1, keepdim=True) + eps)
+        elif scale == "batch":
+            centred = centred / (rewards.std() + 1e-4)
+        return centred.reshape(-1)
+
+
+@part5("grpo_advantages", "advantages_keep_gradient",
+       "the advantages were computed outside torch.no_grad() (or without detach()): they carry the rewards' graph")
+def grpo_adv_with_grad(rewards, group_size, scale="group", eps=1e-4):
+    _check_adv(rewards, group_size, scale)
+    grouped = rewards.view(-1, group_size)
+    shifted = grouped - grouped[:, :1].detach()
+    centred = shifted - shifted.mean(dim=1, keepdim=True)
+    if scale == "group":
+        centred = centred / (shifted.std(dim=1, keepdim=True) + eps)
+    elif scale == "batch":
+        centred = centred / (rewards.std() + eps)
+    return centred.reshape(-1)
+
+
 # --- grpo_loss ------------------------------------------------------------------------
 
 def _grpo(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange, beta, normalisation, max_len, *,
-          combine=torch.maximum, kl=None, reduce=None, kl_sign=1.0, clip_advantage=False, detach=True):
+          combine=torch.maximum, kl=None, reduce=None, kl_sign=1.0, clip_advantage=False, detach=True,
+          clipfrac=None, kl_detached=False):
     if normalisation not in ("sequence", "token", "constant"):
         raise ValueError("bad normalisation")
     if normalisation == "constant" and (max_len is None or max_len < 1):
@@ -131,11 +182,13 @@ def _grpo(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange, bet
         losses_clipped = -adv * torch.clamp(ratio, 1.0 - cliprange, 1.0 + cliprange)
     per_token = combine(losses, losses_clipped)
     kl_tok = kl(logprobs, ref_logprobs) if kl else _p3.kl_penalty(logprobs, ref_logprobs, "k3")
+    if kl_detached:
+        kl_tok = kl_tok.detach()
     pg, kl_loss = red(per_token), red(kl_tok)
     mm = lambda x: (x * m).sum() / m.sum()  # noqa: E731
     stats = {
         "loss/policy": pg, "loss/kl": kl_loss,
-        "policy/clipfrac": mm((losses_clipped > losses).to(m.dtype)),
+        "policy/clipfrac": mm((clipfrac(ratio, adv, cliprange) if clipfrac else losses_clipped > losses).to(m.dtype)),
         "policy/ratio": mm(ratio),
         "policy/approxkl": 0.5 * mm((logprobs - old_logprobs) ** 2),
     }
@@ -242,17 +295,55 @@ def grpo_loss_clip_adv(logprobs, old_logprobs, ref_logprobs, advantages, mask, c
                  clip_advantage=True)
 
 
+@part5("grpo_loss", "kl_term_detached",
+       "the k3 term was detached (a penalty computed like Part 3's KL in the reward): its value is right, but the "
+       "loss no longer pulls the policy towards the reference — d loss / d logprobs lacks β·dk3/dlogprobs")
+def grpo_loss_kl_detached(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange=0.2, beta=0.04,
+                          normalisation="sequence", max_len=None):
+    return _grpo(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange, beta, normalisation, max_len,
+                 kl_detached=True)
+
+
+@part5("grpo_loss", "clipfrac_counts_ratio_outside_range",
+       "policy/clipfrac counted the tokens whose ratio is outside [1 − ε, 1 + ε] instead of those where the clipped "
+       "term is the larger loss (a ratio below 1 − ε with A > 0 is not clipped)")
+def grpo_loss_clipfrac_outside(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange=0.2, beta=0.04,
+                               normalisation="sequence", max_len=None):
+    return _grpo(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange, beta, normalisation, max_len,
+                 clipfrac=lambda ratio, adv, eps: (ratio - 1).abs() > eps)
+
+
+@part5("grpo_loss", "constant_divides_by_padded_width",
+       "normalisation='constant' divided by the mask's size (batch · padded width) instead of batch · max_len")
+def grpo_loss_constant_width(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange=0.2, beta=0.04,
+                             normalisation="sequence", max_len=None):
+    def reduce(x, m, norm, max_len):
+        if norm == "sequence":
+            return ((x * m).sum(dim=1) / m.sum(dim=1)).mean()
+        if norm == "token":
+            return (x * m).sum() / m.sum()
+        return (x * m).sum() / m.numel()
+    return _grpo(logprobs, old_logprobs, ref_logprobs, advantages, mask, cliprange, beta, normalisation, max_len,
+                 reduce=reduce)
+
+
 # --- rloo_advantages ------------------------------------------------------------------
 
 def _rloo(scores, logprobs, ref_logprobs, mask, group_size, kl_coef, *, baseline=None, kl_sign=1.0, reduce_kl=None,
-          grad=False):
+          grad=False, per_token=None, transposed=False, detach_kl_only=False):
     if group_size < 2 or scores.shape[0] % group_size:
         raise ValueError("bad group size")
     with torch.set_grad_enabled(grad):
         m = mask.to(logprobs.dtype)
-        per_token = (logprobs - ref_logprobs) * m
-        kl = reduce_kl(per_token, m) if reduce_kl else per_token.sum(dim=1)
+        token_kl = (per_token(logprobs, ref_logprobs) if per_token else logprobs - ref_logprobs) * m
+        kl = reduce_kl(token_kl, m) if reduce_kl else token_kl.sum(dim=1)
+        if detach_kl_only:
+            kl = kl.detach()
         rewards = scores - kl_sign * kl_coef * kl
+        if transposed:
+            grouped = rewards.view(group_size, -1)
+            base = (grouped.sum(dim=0, keepdim=True) - grouped) / (group_size - 1)
+            return (grouped - base).reshape(-1), rewards
         grouped = rewards.view(-1, group_size)
         base = baseline(grouped) if baseline else (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
         return (grouped - base).reshape(-1), rewards
@@ -294,10 +385,30 @@ def rloo_unmasked(scores, logprobs, ref_logprobs, mask, group_size, kl_coef):
                  reduce_kl=lambda x, m: (logprobs - ref_logprobs).sum(dim=1))
 
 
+@part5("rloo_advantages", "k3_not_k1",
+       "the KL in the reward used GRPO's k3 estimator instead of Part 3's k1 (log π − log π_ref, summed)")
+def rloo_k3(scores, logprobs, ref_logprobs, mask, group_size, kl_coef):
+    return _rloo(scores, logprobs, ref_logprobs, mask, group_size, kl_coef,
+                 per_token=lambda lp, ref: _p3.kl_penalty(lp, ref, "k3"))
+
+
+@part5("rloo_advantages", "groups_transposed",
+       "the rewards were grouped with view(k, -1): each 'group' mixes samples of different prompts")
+def rloo_transposed(scores, logprobs, ref_logprobs, mask, group_size, kl_coef):
+    return _rloo(scores, logprobs, ref_logprobs, mask, group_size, kl_coef, transposed=True)
+
+
+@part5("rloo_advantages", "only_the_kl_detached",
+       "only the KL was detached: scores that carry a gradient (a reward model's) pass it on to the rewards and "
+       "advantages, which must be plain numbers")
+def rloo_kl_detached(scores, logprobs, ref_logprobs, mask, group_size, kl_coef):
+    return _rloo(scores, logprobs, ref_logprobs, mask, group_size, kl_coef, grad=True, detach_kl_only=True)
+
+
 # --- dpo_loss -------------------------------------------------------------------------
 
 def _dpo(chosen, rejected, ref_chosen, ref_rejected, chosen_mask, rejected_mask, beta, *, reduce=None,
-         use_ref=True, sign=1.0, loss_fn=None, beta_inside=True, accuracy=torch.gt, detach=True):
+         use_ref=True, sign=1.0, loss_fn=None, beta_inside=True, accuracy=torch.gt, detach=True, stats_beta=True):
     cm, rm = chosen_mask.to(chosen.dtype), rejected_mask.to(rejected.dtype)
     red = reduce or (lambda x, m: (x * m).sum(dim=1))
     b = beta if beta_inside else 1.0
@@ -305,6 +416,8 @@ def _dpo(chosen, rejected, ref_chosen, ref_rejected, chosen_mask, rejected_mask,
     rr = b * red(rejected - (ref_rejected if use_ref else 0.0), rm)
     diff = sign * (rc - rr)
     loss = loss_fn(diff) if loss_fn else -F.logsigmoid(diff).mean()
+    if not stats_beta:
+        rc, rr = rc / beta, rr / beta
     stats = {"rewards/chosen": rc.mean(), "rewards/rejected": rr.mean(), "rewards/margins": (rc - rr).mean(),
              "rewards/accuracies": accuracy(rc, rr).to(rc.dtype).mean()}
     return loss, {k: v.detach() if detach else v for k, v in stats.items()}
@@ -362,3 +475,18 @@ def dpo_acc_ties(chosen_logprobs, rejected_logprobs, ref_chosen_logprobs, ref_re
                  beta=0.1):
     return _dpo(chosen_logprobs, rejected_logprobs, ref_chosen_logprobs, ref_rejected_logprobs, chosen_mask, rejected_mask,
                 beta, accuracy=torch.ge)
+
+
+@part5("dpo_loss", "summed_over_pairs", "the loss was summed over the pairs instead of averaged")
+def dpo_summed(chosen_logprobs, rejected_logprobs, ref_chosen_logprobs, ref_rejected_logprobs, chosen_mask,
+               rejected_mask, beta=0.1):
+    return _dpo(chosen_logprobs, rejected_logprobs, ref_chosen_logprobs, ref_rejected_logprobs, chosen_mask, rejected_mask,
+                beta, loss_fn=lambda d: -F.logsigmoid(d).sum())
+
+
+@part5("dpo_loss", "stats_without_beta",
+       "the rewards/* stats were the summed log-ratios without β (the implicit reward is β·(log π − log π_ref))")
+def dpo_stats_no_beta(chosen_logprobs, rejected_logprobs, ref_chosen_logprobs, ref_rejected_logprobs, chosen_mask,
+                      rejected_mask, beta=0.1):
+    return _dpo(chosen_logprobs, rejected_logprobs, ref_chosen_logprobs, ref_rejected_logprobs, chosen_mask, rejected_mask,
+                beta, stats_beta=False)
