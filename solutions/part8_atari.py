@@ -350,7 +350,10 @@ def compute_atari_objective(network: NatureCNN, critic: nn.Module, minibatch: Re
     read its features — build a ``Categorical`` from the logits, and combine Part 1's three
     functions as in Part 2's ``compute_ppo_objective`` (the values squeezed to (minibatch_size,)).
     ``critic`` is the network's :class:`CriticView` (Part 2's ``learning_phase`` passes both);
-    you need not call it.
+    you need not call it. In the trainer ``network`` is the NatureCNN inside the given wrappers
+    (:class:`OnePass`, and :class:`OnDevice` on a GPU), which answer ``network(obs)``,
+    ``network.value(obs)`` and ``network.logits_and_value(obs)`` only: reaching past them for
+    ``network.features`` or the heads fails there.
 
     Why ``vf_coef`` matters more here: with separate networks (Part 2) c₁ only sets the
     critic's step size. With a shared trunk, the trunk's gradient is the *sum* of the policy's

@@ -453,23 +453,34 @@ def grads(module: nn.Module) -> torch.Tensor:
 
 
 @pytest.mark.exercise("compute_atari_objective")
-@pytest.mark.parametrize("seed,frame_stack,settings", [
-    (0, 4, dict()), (1, 2, dict(vf_coef=1.0, ent_coef=0.0, clip_coef=0.2)), (2, 4, dict(vf_coef=0.25, ent_coef=0.05))])
-def test_atari_objective_and_its_gradients_match_reference(impl, ref, seed, frame_stack, settings):
+@pytest.mark.parametrize("seed,frame_stack,settings,wrapped", [
+    (0, 4, dict(), False), (1, 2, dict(vf_coef=1.0, ent_coef=0.0, clip_coef=0.2), False),
+    (2, 4, dict(vf_coef=0.25, ent_coef=0.05), True)])
+def test_atari_objective_and_its_gradients_match_reference(impl, ref, seed, frame_stack, settings, wrapped):
+    # wrapped: the network as the trainer passes it, in a OnePass (its CriticView views that), which answers
+    # network(obs), network.value(obs) and network.logits_and_value(obs) only.
     def run(fn):
         network = seeded_reference(ref, 4, frame_stack, seed)
         minibatch = make_minibatch(ref, network, seed)
-        objective = fn(network, ref.CriticView(network), minibatch, impl.AtariPPOArgs(**settings))
+        actor = ref.OnePass(network) if wrapped else network
+        objective = fn(actor, ref.CriticView(actor), minibatch, impl.AtariPPOArgs(**settings))
         if objective.requires_grad:
             objective.backward()
         return {"objective": objective.detach(), "gradient w.r.t. the trunk": grads(network.trunk),
                 "gradient w.r.t. the actor head": grads(network.actor_head),
                 "gradient w.r.t. the critic head": grads(network.critic_head)}
 
-    check_exercise(impl, ref, "compute_atari_objective", run, rtol=1e-4, atol=1e-7,
-                   call=f"compute_atari_objective(NatureCNN(4, {frame_stack}), its CriticView, a minibatch of 12, "
-                        f"AtariPPOArgs({settings})), then backward()",
-                   cache_key=f"atari objective {seed} {frame_stack} {settings}")
+    call = (f"compute_atari_objective({'OnePass(' if wrapped else ''}NatureCNN(4, {frame_stack}){')' if wrapped else ''}, "
+            f"its CriticView, a minibatch of 12, AtariPPOArgs({settings})), then backward()")
+    try:
+        check_exercise(impl, ref, "compute_atari_objective", run, rtol=1e-4, atol=1e-7, call=call,
+                       cache_key=f"atari objective {seed} {frame_stack} {settings} {wrapped}")
+    except AttributeError as error:
+        if not wrapped:
+            raise
+        raise WrongAnswer(explain(call, f"AttributeError: {error} — the trainer's network is wrapped: use only "
+                                  "network(obs), network.value(obs) and network.logits_and_value(obs)",
+                                  [mistake("compute_atari_objective", "network_internals_used")])) from None
 
 
 @pytest.mark.exercise("compute_atari_objective")

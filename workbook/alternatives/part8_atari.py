@@ -136,15 +136,14 @@ class LifeEarlyReturns(gym.Wrapper):
         return obs, info
 
 
-@part8("compute_atari_objective", "features_then_heads",
-       "the trunk's features computed once with network.features, each head applied by hand, and the terms "
-       "summed from a list")
-def objective_features_then_heads(network, critic, minibatch, args):
-    hidden = network.features(minibatch.obs)
-    dist = Categorical(logits=network.actor_head(hidden))
-    values = network.critic_head(hidden).view(-1)
+@part8("compute_atari_objective", "softmax_probs_and_summed_terms",
+       "one logits_and_value call, a Categorical built from softmax probabilities, the values flattened with "
+       "view(-1), and the terms summed from a list")
+def objective_probs_and_summed_terms(network, critic, minibatch, args):
+    logits, values = network.logits_and_value(minibatch.obs)
+    dist = Categorical(probs=torch.softmax(logits, dim=-1))
     terms = [calc_clipped_surrogate_objective(dist, minibatch.actions, minibatch.advantages, minibatch.logprobs,
                                               args.clip_coef),
-             -calc_value_function_loss(values, minibatch.returns, args.vf_coef),
+             -calc_value_function_loss(values.view(-1), minibatch.returns, args.vf_coef),
              calc_entropy_bonus(dist, args.ent_coef)]
     return torch.stack(terms).sum()

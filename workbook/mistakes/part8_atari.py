@@ -275,3 +275,16 @@ objective_vf_hard_coded = part8("compute_atari_objective", "vf_coef_hard_coded",
                                 "vf_coef was ignored (always 0.5)")(_hard_coded(vf_coef=0.5))
 objective_ent_hard_coded = part8("compute_atari_objective", "ent_coef_hard_coded",
                                  "ent_coef was ignored (always 0.01)")(_hard_coded(ent_coef=0.01))
+
+
+@part8("compute_atari_objective", "network_internals_used",
+       "network.features and the heads were called by hand: in the trainer the network comes wrapped (OnePass, "
+       "OnDevice), which answers only network(obs), network.value(obs) and network.logits_and_value(obs)")
+def objective_features_then_heads(network, critic, minibatch, args):
+    hidden = network.features(minibatch.obs)
+    dist = Categorical(logits=network.actor_head(hidden))
+    values = network.critic_head(hidden).view(-1)
+    return (calc_clipped_surrogate_objective(dist, minibatch.actions, minibatch.advantages, minibatch.logprobs,
+                                             args.clip_coef)
+            - calc_value_function_loss(values, minibatch.returns, args.vf_coef)
+            + calc_entropy_bonus(dist, args.ent_coef))
