@@ -65,14 +65,14 @@ def answer_reward(completions: list[str], answers: list[str], format_reward: flo
     The answer of a completion is the text between its *first* ``<answer>`` and the first
     ``</answer>`` after that; text before or after the pair is ignored. It is **well-formed**
     when both tags are there and what lies between is one or more ASCII digits ``0-9`` and
-    nothing else (no spaces, signs or other characters). Then:
+    nothing else (no spaces, newlines, signs or other characters). Then:
 
         well-formed and equal to the answer as a number      → 1.0
         well-formed but a different number                   → format_reward
         anything else (no tags, empty, "12 ", "x", …)        → 0.0
 
-    "As a number": leading zeros do not matter (``0632`` is ``632``, ``000`` is ``0``);
-    ``answers`` hold plain digit strings.
+    "As a number": leading zeros do not matter, in the completion or in the answer (``0632``
+    is ``632``, ``000`` is ``0``); ``answers`` hold plain digit strings.
 
     Why a format reward: early in training many samples have the right shape and the wrong
     number; a little reward for the shape (TinyZero gives 0.1) keeps the format from
@@ -83,6 +83,8 @@ def answer_reward(completions: list[str], answers: list[str], format_reward: flo
     Traps:
     - This runs on whatever a policy writes: it must never raise, whatever the string.
     - ``str.isdigit`` and the regex ``\\d`` accept non-ASCII digits ("²", "٣"): not well-formed.
+      A regex's ``$`` also matches before a final newline (``re.match(r"[0-9]+$", "12\\n")``
+      succeeds): use ``re.fullmatch``.
     - ``int(s)`` refuses strings of more than 4300 digits (Python ≥ 3.11 raises): compare
       digit strings with the leading zeros stripped instead.
     - The *first* tag pair counts: a completion that writes several answers must not get to

@@ -294,3 +294,58 @@ def cispo_product_weight(logprobs, old_logprobs, advantages, mask, eps_low=1.0, 
                  "policy/clipfrac_high": ((ratio > 1 + eps_high) * m).sum() / count,
                  "policy/ratio": (ratio * m).sum() / count}
     return loss, stats
+
+
+@part7("answer_reward", "partition_and_isascii_isdigit",
+       "str.partition for the first pair; str.isascii() and str.isdigit() together for the digits; scores written into a "
+       "preallocated tensor")
+def reward_partition(completions, answers, format_reward=0.1):
+    if len(completions) != len(answers):
+        raise ValueError("lengths differ")
+    if not (format_reward >= 0 and format_reward < 1):  # False for NaN
+        raise ValueError("format_reward must be in [0, 1)")
+    out = torch.empty(len(completions), dtype=torch.float32)
+    for i, (text, answer) in enumerate(zip(completions, answers)):
+        _, opened, rest = text.partition("<answer>")
+        inside, closed, _ = rest.partition("</answer>")
+        if not (opened and closed and inside.isascii() and inside.isdigit()):
+            out[i] = 0.0
+        else:
+            out[i] = 1.0 if inside.lstrip("0") == answer.lstrip("0") else format_reward
+    return out
+
+
+@part7("pass_at_k", "k_factor_product",
+       "C(n−c, k)/C(n, k) as the product of its k factors (n−c−i)/(n−i), i = 0 … k−1 (a zero factor when n − c < k)")
+def pass_k_factors(n, c, k):
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError("need 0 <= c <= n and 1 <= k <= n")
+    all_wrong = 1.0
+    for i in range(k):
+        all_wrong *= (n - c - i) / (n - i)
+    return 1.0 - all_wrong
+
+
+@part7("gspo_loss", "row_by_row_loop",
+       "a Python loop over the rows: each real row's log-ratios gathered by its boolean mask, its term from torch.min")
+def gspo_rows_loop(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_high=4e-4, weights=None):
+    keep = mask.bool()
+    terms, low, high, ratios = [], [], [], []
+    for b in range(logprobs.shape[0]):
+        d = (logprobs[b] - old_logprobs[b])[keep[b]]
+        if d.numel() == 0:
+            continue
+        s, a = d.mean().exp(), advantages[b]
+        term = -torch.min(s * a, s.clamp(1 - eps_low, 1 + eps_high) * a)
+        if weights is not None:
+            term = term * weights[b].detach()[keep[b]].mean()
+        terms.append(term)
+        low.append(float(a < 0 and s < 1 - eps_low))
+        high.append(float(a > 0 and s > 1 + eps_high))
+        ratios.append(s.detach())
+    if not terms:
+        zero = torch.zeros((), dtype=logprobs.dtype)
+        return (logprobs * 0).sum(), {"policy/clipfrac_low": zero, "policy/clipfrac_high": zero, "policy/ratio": zero}
+    return torch.stack(terms).mean(), {"policy/clipfrac_low": torch.tensor(sum(low) / len(low)),
+                                       "policy/clipfrac_high": torch.tensor(sum(high) / len(high)),
+                                       "policy/ratio": torch.stack(ratios).mean()}

@@ -167,6 +167,113 @@ def cispo_clipfrac(logprobs, old_logprobs, advantages, mask, eps_low=1.0, eps_hi
     return loss, stats
 
 
+def _all_rows_mean(per_tok, m, weights=None):
+    """The sequence mean over *every* row: a masked-out row adds 0 to the sum and 1 to the count."""
+    if weights is not None:
+        per_tok = per_tok * weights.detach()
+    return ((per_tok * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)).mean()
+
+
+@part7("clip_higher_loss", "masked_out_rows_counted",
+       "\"sequence\" averaged the row means over every row, masked-out ones included (a row with no real token "
+       "adds 0 to the sum and 1 to the count); the docstring averages over rows with n_b > 0")
+def clip_higher_all_rows(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28, normalisation="token",
+                         weights=None):
+    loss, stats = _p7.clip_higher_loss(logprobs, old_logprobs, advantages, mask, eps_low, eps_high, normalisation,
+                                       weights=weights)
+    if normalisation != "sequence":
+        return loss, stats
+    ratio, a = torch.exp(logprobs - old_logprobs), advantages[:, None]
+    per_tok = torch.maximum(-a * ratio, -a * torch.clamp(ratio, 1 - eps_low, 1 + eps_high))
+    return _all_rows_mean(per_tok, mask.to(logprobs.dtype), weights), stats
+
+
+@part7("cispo_loss", "masked_out_rows_counted",
+       "\"sequence\" averaged the row means over every row, masked-out ones included (a row with no real token "
+       "adds 0 to the sum and 1 to the count); the docstring averages over rows with n_b > 0")
+def cispo_all_rows(logprobs, old_logprobs, advantages, mask, eps_low=1.0, eps_high=0.28, normalisation="token", weights=None):
+    loss, stats = _p7.cispo_loss(logprobs, old_logprobs, advantages, mask, eps_low, eps_high, normalisation, weights=weights)
+    if normalisation != "sequence":
+        return loss, stats
+    w = torch.clamp(torch.exp(logprobs - old_logprobs), 1 - eps_low, 1 + eps_high).detach()
+    return _all_rows_mean(-w * advantages[:, None] * logprobs, mask.to(logprobs.dtype), weights), stats
+
+
+@part7("gspo_loss", "masked_out_rows_counted",
+       "the row losses were averaged over every row (divided by the batch size), masked-out rows included; the "
+       "docstring averages over rows with n_b > 0")
+def gspo_all_rows(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_high=4e-4, weights=None):
+    loss, stats = _p7.gspo_loss(logprobs, old_logprobs, advantages, mask, eps_low, eps_high, weights=weights)
+    rows = (mask.to(logprobs.dtype).sum(dim=1) > 0).sum()
+    return loss * rows / logprobs.shape[0], stats
+
+
+@part7("gspo_loss", "token_mean_of_the_sequence_loss",
+       "each row's loss was copied onto its tokens and averaged over all real tokens, so long rows weigh more; the "
+       "docstring averages the row losses over rows")
+def gspo_token_mean(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_high=4e-4, weights=None):
+    _, stats = _p7.gspo_loss(logprobs, old_logprobs, advantages, mask, eps_low, eps_high, weights=weights)
+    m = mask.to(logprobs.dtype)
+    s = torch.exp(((logprobs - old_logprobs) * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0))
+    per_seq = torch.maximum(-advantages * s, -advantages * torch.clamp(s, 1 - eps_low, 1 + eps_high))
+    per_tok = per_seq[:, None].expand_as(m)
+    if weights is not None:
+        per_tok = per_tok * weights.detach()
+    return (per_tok * m).sum() / m.sum().clamp(min=1.0), stats
+
+
+@part7("gspo_loss", "arithmetic_mean_of_token_ratios",
+       "s_b was the arithmetic mean of the token ratios, Σ ratio·m / n_b, instead of their geometric mean "
+       "exp(Σ log-ratio·m / n_b)")
+def gspo_arithmetic(logprobs, old_logprobs, advantages, mask, eps_low=3e-4, eps_high=4e-4, weights=None):
+    m = mask.to(logprobs.dtype)
+    n = m.sum(dim=1)
+
+    def log_ratio(d, m):  # the log of the arithmetic mean (0, s = 1, on a row without tokens)
+        mean = (torch.exp(d) * m).sum(dim=1) / n.clamp(min=1.0)
+        return torch.log(torch.where(n > 0, mean, torch.ones_like(mean)))
+    return _gspo(logprobs, old_logprobs, advantages, mask, eps_low, eps_high, log_ratio, weights)
+
+
+@part7("cispo_loss", "log_ratio_instead_of_logprobs",
+       "the loss was −w·A·(logprobs − old_logprobs): the same gradient, but not the docstring's loss −w·A·log π")
+def cispo_log_ratio(logprobs, old_logprobs, advantages, mask, eps_low=1.0, eps_high=0.28, normalisation="token", weights=None):
+    _, stats = _p7.cispo_loss(logprobs, old_logprobs, advantages, mask, eps_low, eps_high, normalisation, weights=weights)
+    w = torch.clamp(torch.exp(logprobs - old_logprobs), 1 - eps_low, 1 + eps_high).detach()
+    per_tok = -w * advantages[:, None] * (logprobs - old_logprobs)
+    return _reduce(per_tok, mask.to(logprobs.dtype), normalisation, weights), stats
+
+
+@part7("cispo_loss", "eps_low_ignored",
+       "only the upper bound was applied (clamp(max=1 + eps_high)), as in the paper's eps_low = 1; an eps_low < 1 "
+       "must floor the weight at 1 − eps_low")
+def cispo_no_floor(logprobs, old_logprobs, advantages, mask, eps_low=1.0, eps_high=0.28, normalisation="token", weights=None):
+    loss, _ = _p7.cispo_loss(logprobs, old_logprobs, advantages, mask, 1.0, eps_high, normalisation, weights=weights)
+    _, stats = _p7.cispo_loss(logprobs, old_logprobs, advantages, mask, eps_low, eps_high, normalisation, weights=weights)
+    return loss, stats
+
+
+def _constant_zero_when_empty(loss, mask, logprobs):
+    return torch.tensor(0.0) if mask.to(logprobs.dtype).sum() == 0 else loss
+
+
+@part7("clip_higher_loss", "constant_zero_for_an_empty_mask",
+       "an all-zero mask returned torch.tensor(0.0), a 0 with no graph: loss.backward() raises on it")
+def clip_higher_constant_zero(logprobs, old_logprobs, advantages, mask, eps_low=0.2, eps_high=0.28, normalisation="token",
+                              weights=None):
+    loss, stats = _p7.clip_higher_loss(logprobs, old_logprobs, advantages, mask, eps_low, eps_high, normalisation,
+                                       weights=weights)
+    return _constant_zero_when_empty(loss, mask, logprobs), stats
+
+
+@part7("cispo_loss", "constant_zero_for_an_empty_mask",
+       "an all-zero mask returned torch.tensor(0.0), a 0 with no graph: loss.backward() raises on it")
+def cispo_constant_zero(logprobs, old_logprobs, advantages, mask, eps_low=1.0, eps_high=0.28, normalisation="token",
+                        weights=None):
+    loss, stats = _p7.cispo_loss(logprobs, old_logprobs, advantages, mask, eps_low, eps_high, normalisation, weights=weights)
+    return _constant_zero_when_empty(loss, mask, logprobs), stats
+
+
 # --- the losses with Part 10's importance weights ----------------------------------------
 
 def _clip_higher_terms(logprobs, old_logprobs, advantages, mask, eps_low, eps_high, weights, inside_the_clip=False):

@@ -141,6 +141,50 @@ def reward_first_well_formed(completions, answers, format_reward=0.1):
     return _score(completions, answers, format_reward, parse, _same_number)
 
 
+@part7("answer_reward", "regex_dollar_allows_a_trailing_newline",
+       "well-formedness was checked with re.match(r'[0-9]+$'): `$` also matches before a final newline, so "
+       "'<answer>12\\n</answer>' counted as well-formed (use re.fullmatch, \\Z, or a set of ASCII digits)")
+def reward_regex_dollar(completions, answers, format_reward=0.1):
+    def parse(text):
+        inside = _first_pair(text)
+        return inside if inside is not None and re.match(r"[0-9]+$", inside) else None
+    return _score(completions, answers, format_reward, parse, _same_number)
+
+
+@part7("answer_reward", "answer_leading_zeros_kept",
+       "only the completion's leading zeros were stripped, not the answer's: '632' did not match the answer '0632'")
+def reward_answer_unstripped(completions, answers, format_reward=0.1):
+    return _score(completions, answers, format_reward, lambda t: _ascii_digits(_first_pair(t) or ""),
+                  lambda got, answer: (got.lstrip("0") or "0") == answer)
+
+
+@part7("answer_reward", "missing_close_tag_reads_to_the_end",
+       "the answer was text.split('<answer>')[1].split('</answer>')[0]: without a closing tag that is the rest of "
+       "the text, so '<answer>12' scored as if it were closed")
+def reward_split(completions, answers, format_reward=0.1):
+    def parse(text):
+        return _ascii_digits(text.split("<answer>", 1)[1].split("</answer>", 1)[0]) if "<answer>" in text else None
+    return _score(completions, answers, format_reward, parse, _same_number)
+
+
+@part7("answer_reward", "int_conversion_caught_as_malformed",
+       "int() was wrapped in try/except ValueError: an answer of more than 4300 digits, right or wrong, scored 0 "
+       "instead of being compared (compare the digit strings without their leading zeros)")
+def reward_int_caught(completions, answers, format_reward=0.1):
+    def same(got, answer):
+        return int(got) == int(answer)
+
+    _check_reward_args(completions, answers, format_reward)
+    out = []
+    for text, answer in zip(completions, answers):
+        got = _ascii_digits(_first_pair(text) or "")
+        try:
+            out.append(0.0 if got is None else 1.0 if same(got, answer) else format_reward)
+        except ValueError:
+            out.append(0.0)
+    return torch.tensor(out, dtype=torch.float32)
+
+
 # --- pass_at_k --------------------------------------------------------------------------
 
 def _check_pass(n, c, k):
@@ -182,6 +226,19 @@ def pass_off_by_one(n, c, k):
     prod = 1.0
     for i in range(n - c, n):
         prod *= 1.0 - k / i if i else 0.0
+    return 1.0 - prod
+
+
+@part7("pass_at_k", "only_k_zero_rejected",
+       "the check was `k == 0` instead of `k < 1`: a negative k passed and gave a pass@k outside [0, 1]")
+def pass_negative_k(n, c, k):
+    if not 0 <= c <= n or k == 0 or k > n:
+        raise ValueError("bad arguments")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
     return 1.0 - prod
 
 
@@ -242,6 +299,28 @@ def signal_tiny_tolerance(rewards, group_size):
     return g.amax(dim=1) - g.amin(dim=1) > 1e-6
 
 
+@part7("groups_with_signal", "group_size_checked_after_the_modulo",
+       "the batch was checked (len % group_size) before group_size: group_size = 0 raised ZeroDivisionError, "
+       "not ValueError")
+def signal_modulo_first(rewards, group_size):
+    if rewards.shape[0] % group_size:
+        raise ValueError("not a whole number of groups")
+    if group_size < 2:
+        raise ValueError("group_size must be at least 2")
+    g = rewards.detach().view(-1, group_size)
+    return g.amax(dim=1) > g.amin(dim=1)
+
+
+@part7("groups_with_signal", "only_group_size_one_rejected",
+       "the check was `group_size == 1` instead of `group_size < 2`: 0 and negative sizes got through "
+       "(ZeroDivisionError, or a view error, instead of ValueError)")
+def signal_only_one_rejected(rewards, group_size):
+    if group_size == 1 or rewards.shape[0] % group_size:
+        raise ValueError("bad group size")
+    g = rewards.detach().view(-1, group_size)
+    return g.amax(dim=1) > g.amin(dim=1)
+
+
 # --- overlong_penalty -------------------------------------------------------------------
 
 def _check_overlong(max_len, cache_len):
@@ -266,6 +345,14 @@ def overlong_by_max_len(lengths, max_len, cache_len):
 def overlong_early(lengths, max_len, cache_len):
     _check_overlong(max_len, cache_len)
     return ((max_len - cache_len - 1 - lengths).to(torch.float32) / cache_len).clamp(-1.0, 0.0)
+
+
+@part7("overlong_penalty", "only_zero_cache_rejected",
+       "only cache_len = 0 (the division by zero) was refused: a negative cache_len got through and flipped the ramp")
+def overlong_negative_cache(lengths, max_len, cache_len):
+    if cache_len == 0 or cache_len > max_len:
+        raise ValueError("bad lengths")
+    return ((max_len - cache_len - lengths).to(torch.float32) / cache_len).clamp(-1.0, 0.0)
 
 
 @part7("overlong_penalty", "positive_penalty", "the penalty was a bonus (its sign flipped)")
