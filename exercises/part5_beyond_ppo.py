@@ -102,8 +102,8 @@ def grpo_advantages(
 
     Standard deviations are torch's default (unbiased). The result is flat again (``[batch]``)
     and carries no gradient. A group whose rewards are all equal has nothing to learn from:
-    its advantages are 0 — never NaN, which is what ``eps`` guarantees for ``"group"``, and
-    exactly 0, not float rounding divided by ``eps`` (see the last trap).
+    its advantages are 0 — never NaN, which is what ``eps`` guarantees for ``"group"`` — up to
+    float rounding (see the last trap).
 
     Why the choice: dividing by the group's std makes every prompt count equally, but it
     up-weights prompts where the samples barely differ (tiny std: easy or hopeless prompts)
@@ -115,10 +115,10 @@ def grpo_advantages(
     - ``view(G, −1)`` instead of ``view(−1, G)`` groups samples of different prompts.
     - No ``eps`` (or ``eps`` inside a square root of the std) → 0/0 = NaN for a tied group.
     - Rounding in a tie: in float32 the mean of eight 0.3s is not exactly 0.3, so
-      ``grouped − grouped.mean(dim=1)`` leaves ±3e-8, which ``/ (std + eps)`` blows up to 3e-4
-      — the same sign for the whole group. Centre on one member first (``grouped −
-      grouped[:, :1]``: a tie becomes exact zeros, and neither the centred values nor the std
-      change), or set the advantages of tied groups to 0.
+      ``grouped − grouped.mean(dim=1)`` leaves ±3e-8, which ``/ (std + eps)`` makes ±3e-4 — the
+      same sign for the whole group. That is harmless, and what TRL computes; exact zeros (centre
+      on one member first, ``grouped − grouped[:, :1]``, or set a tied group to 0) are as right.
+      The tests accept either: 0 within 1e-3 for a tie.
     - A ``ValueError`` for ``group_size < 2``, a batch that is not a whole number of groups,
       or an unknown ``scale``.
     """

@@ -104,13 +104,6 @@ def grpo_adv_always_group(rewards, group_size, scale="group", eps=1e-4):
     return _scaled(rewards, group_size, "group" if scale in ("batch", "none") else scale, eps, _mean, _std)
 
 
-@part5("grpo_advantages", "tied_group_rounding",
-       "a tied group was centred on its float32 mean, which rounds (eight 0.3s do not average to exactly 0.3): the "
-       "±3e-8 left over, divided by std + eps, became advantages of about 3e-4 instead of exact zeros")
-def grpo_adv_tie_rounding(rewards, group_size, scale="group", eps=1e-4):
-    return _scaled(rewards, group_size, scale, eps, _mean, _std)
-
-
 @part5("grpo_advantages", "eps_inside_the_sqrt",
        "the std was computed as sqrt(var + eps) instead of std + eps")
 def grpo_adv_eps_in_sqrt(rewards, group_size, scale="group", eps=1e-4):
