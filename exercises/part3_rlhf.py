@@ -163,10 +163,13 @@ def clip_by_value(x: Float[Tensor, "*shape"], tensor_min: Float[Tensor, "*shape"
 
         out = max(min(x, tensor_max), tensor_min)
 
-    PPO's value clipping uses it with bounds that differ per token: ``old_value ± c``.
+    PPO's value clipping uses it with bounds that differ per token: ``old_value ± c``. The bounds
+    are ordered (``tensor_min ≤ tensor_max`` everywhere), so which one is applied first does not
+    matter (``torch.clamp(x, tensor_min, tensor_max)`` is the same thing).
 
-    Traps: apply *both* bounds; the inner one is the upper bound, the outer the lower; keep
-    the gradient (``torch.minimum``/``torch.maximum``, not a no-grad copy).
+    Traps: apply *both* bounds, each with the right operation (``min`` with the upper bound,
+    ``max`` with the lower); keep the gradient (``torch.minimum``/``torch.maximum``, not a
+    no-grad copy).
     """
     raise NotImplementedError()
 
@@ -565,6 +568,8 @@ class RewardModel(nn.Module):
         - A row may hold a single real token (then position 0 under right padding); a row
           with none (``attention_mask`` all 0) is a ``ValueError``.
         - A mean over all positions mixes in padding and judges half-written text.
+        - Don't detach the hidden state or run the trunk under ``torch.no_grad()``: preference
+          training (``preference_loss``) fine-tunes the trunk along with the head.
         """
         raise NotImplementedError()
 

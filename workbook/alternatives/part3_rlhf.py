@@ -25,6 +25,12 @@ def entropy_categorical(logits):
     return torch.distributions.Categorical(logits=logits).entropy()
 
 
+@part3("entropy_from_logits", "p_times_log_softmax",
+       "−Σ softmax · log_softmax: no 0 · log 0 (log_softmax stays finite), and no cancellation of two large numbers")
+def entropy_p_log_softmax(logits):
+    return -(F.softmax(logits, dim=-1) * F.log_softmax(logits, dim=-1)).sum(-1)
+
+
 @part3("whiten", "var_mean_and_sqrt", "torch.var_mean, then a division by sqrt(var + 1e-8)")
 def whiten_var_mean(values, shift_mean=True):
     var, mean = torch.var_mean(values, unbiased=True)
@@ -59,6 +65,11 @@ def masked_whiten_selection(values, mask, shift_mean=True):
 @part3("clip_by_value", "nested_where", "two torch.where: above the upper bound → upper, below the lower → lower")
 def clip_where(x, tensor_min, tensor_max):
     return torch.where(x < tensor_min, tensor_min, torch.where(x > tensor_max, tensor_max, x))
+
+
+@part3("clip_by_value", "torch_clamp", "torch.clamp(x, tensor_min, tensor_max): the lower bound first (the same for ordered bounds)")
+def clip_clamp(x, tensor_min, tensor_max):
+    return torch.clamp(x, tensor_min, tensor_max)
 
 
 @part3("kl_penalty", "dict_dispatch_and_kl_div",

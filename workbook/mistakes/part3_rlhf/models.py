@@ -91,6 +91,16 @@ def reference_train_mode(model):
     return reference
 
 
+@part3("create_reference_model", "put_the_policy_in_eval_mode",
+       "the policy was put in eval mode to copy it (copy.deepcopy(model.eval())): the copy is right, but the policy "
+       "now trains without its dropout")
+def reference_policy_eval(model):
+    reference = copy.deepcopy(model.eval())
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    return reference
+
+
 @part3("create_reference_model", "froze_the_policy", "requires_grad was turned off on the policy before copying, freezing the policy too")
 def reference_froze_policy(model):
     for p in model.parameters():
@@ -225,3 +235,27 @@ class RewardMeanPooled(_RewardReadout):
 class RewardSumIndex(_RewardReadout):
     def _pool(self, hidden, attention_mask):
         return hidden[torch.arange(hidden.shape[0]), attention_mask.sum(1) - 1]
+
+
+@part3("RewardModel", "no_error_on_an_empty_row",
+       "a row whose attention_mask is all 0 was accepted (its reward read at some position of pure padding) "
+       "instead of raising ValueError")
+class RewardEmptyRowAccepted(_RewardReadout):
+    def _pool(self, hidden, attention_mask):
+        positions = torch.arange(hidden.shape[1]).expand(hidden.shape[0], -1)
+        last = torch.where(attention_mask.bool(), positions, torch.zeros_like(positions)).max(dim=1).values
+        return hidden[torch.arange(hidden.shape[0]), last]
+
+
+@part3("RewardModel", "trunk_detached",
+       "the trunk ran under torch.no_grad() (or its hidden state was detached): the reward is right, but "
+       "preference training can only move the head")
+class RewardTrunkDetached(_ref.RewardModel):
+    def forward(self, input_ids, attention_mask):
+        with torch.no_grad():
+            _, hidden = self.lm(input_ids, attention_mask, return_hidden=True)
+        positions = torch.arange(input_ids.shape[1]).expand_as(input_ids)
+        last = torch.where(attention_mask.bool(), positions, torch.full_like(positions, -1)).max(dim=1).values
+        if (last < 0).any():
+            raise ValueError("every row needs at least one real token")
+        return self.head(hidden[torch.arange(input_ids.shape[0]), last]).squeeze(-1)

@@ -15,7 +15,8 @@ part3 = partial(mistake, "part3_rlhf")
 
 # --- compute_rewards ------------------------------------------------------------------
 
-def _rewards(scores, logprobs, ref_logprobs, masks, kl_coef, kind, *, sign=-1.0, where="last_real", clone=True, mask_kl=True):
+def _rewards(scores, logprobs, ref_logprobs, masks, kl_coef, kind, *, sign=-1.0, where="last_real", clone=True, mask_kl=True,
+             replace=False):
     kls = _ref.kl_penalty(logprobs, ref_logprobs, kind)
     if mask_kl:
         kls = kls * masks
@@ -28,7 +29,10 @@ def _rewards(scores, logprobs, ref_logprobs, masks, kl_coef, kind, *, sign=-1.0,
         col = torch.full_like(rows, masks.shape[1] - 1)
     else:
         col = torch.zeros_like(rows)
-    rewards[rows, col] += scores
+    if replace:
+        rewards[rows, col] = scores
+    else:
+        rewards[rows, col] += scores
     return rewards, non_score, kls
 
 
@@ -51,6 +55,13 @@ def rewards_kl_bonus(scores, logprobs, ref_logprobs, masks, kl_coef, kind="kl"):
        "the score was added into a tensor shared with non_score_rewards (no clone), so they hold the score too")
 def rewards_aliased(scores, logprobs, ref_logprobs, masks, kl_coef, kind="kl"):
     return _rewards(scores, logprobs, ref_logprobs, masks, kl_coef, kind, clone=False)
+
+
+@part3("compute_rewards", "score_replaces_the_last_kl",
+       "the score was written over the last token's reward (rewards[b, last] = score) instead of added to it: the "
+       "last real token lost its KL penalty")
+def rewards_score_replaces(scores, logprobs, ref_logprobs, masks, kl_coef, kind="kl"):
+    return _rewards(scores, logprobs, ref_logprobs, masks, kl_coef, kind, replace=True)
 
 
 @part3("compute_rewards", "padding_not_masked", "the KL of padding positions was not masked out")
@@ -235,6 +246,15 @@ def adv_gap_as_steps(values, rewards, mask, gamma, lam):
     return _advantages(values, rewards, mask, gamma, lam, skip_gaps=False)
 
 
+@part3("compute_advantages", "advantages_not_masked_after_whitening",
+       "the whitened advantages were not multiplied by the mask: every padded position holds −mean/std instead of 0")
+def adv_whitened_unmasked(values, rewards, mask, gamma, lam):
+    values, advantages, returns = _ref.compute_advantages(values, rewards, mask, gamma, lam)
+    with torch.no_grad():
+        m = mask.to(values.dtype)
+        return values, _ref.masked_whiten(returns - values, m), returns  # returns − values: the raw advantages
+
+
 @part3("compute_advantages", "returns_not_masked",
        "the returns were not multiplied by the mask, so a gap inside a mask (1 1 0 1) keeps a return")
 def adv_returns_unmasked(values, rewards, mask, gamma, lam):
@@ -244,7 +264,8 @@ def adv_returns_unmasked(values, rewards, mask, gamma, lam):
 # --- ppo_loss -------------------------------------------------------------------------
 
 def _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef, *,
-         combine=torch.maximum, mean=None, v_centre="values", ratio_sign=1.0, coef_on_vf=True):
+         combine=torch.maximum, mean=None, v_centre="values", ratio_sign=1.0, coef_on_vf=True, clipfrac="loss",
+         vf_half=0.5, coef_in_value_stat=False):
     mean = mean or _ref.masked_mean
     ratio = torch.exp(ratio_sign * (logprobs - old_logprobs))
     pg1 = -advantages * ratio
@@ -253,12 +274,14 @@ def _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, clip
     centre = values if v_centre == "values" else returns
     vclip = _ref.clip_by_value(vpreds, centre - cliprange_value, centre + cliprange_value)
     v1, v2 = (vpreds - returns) ** 2, (vclip - returns) ** 2
-    vf_loss = 0.5 * mean(torch.maximum(v1, v2), mask)
+    vf_loss = vf_half * mean(torch.maximum(v1, v2), mask)
+    clipped = (pg2 > pg1) if clipfrac == "loss" else (ratio < 1 - cliprange) | (ratio > 1 + cliprange)
     stats = {
-        "loss/policy": pg_loss, "loss/value": vf_loss, "loss/total": pg_loss + vf_coef * vf_loss,
+        "loss/policy": pg_loss, "loss/value": vf_coef * vf_loss if coef_in_value_stat else vf_loss,
+        "loss/total": pg_loss + vf_coef * vf_loss,
         "policy/approxkl": 0.5 * mean((logprobs - old_logprobs) ** 2, mask),
         "policy/policykl": mean(old_logprobs - logprobs, mask),
-        "policy/clipfrac": mean((pg2 > pg1).float(), mask),
+        "policy/clipfrac": mean(clipped.float(), mask),
         "policy/advantages_mean": mean(advantages, mask), "policy/ratio": mean(ratio, mask),
         "returns/mean": mean(returns, mask), "returns/var": _ref.masked_var(returns, mask),
         "val/vpred": mean(vpreds, mask), "val/error": mean((vpreds - returns) ** 2, mask),
@@ -296,6 +319,28 @@ def ppo_inverse_ratio(old_logprobs, values, logprobs, vpreds, mask, advantages, 
 def ppo_no_vf_coef(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef):
     return _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef,
                 coef_on_vf=False)
+
+
+@part3("ppo_loss", "clipfrac_counts_ratios_outside_the_range",
+       "policy/clipfrac counted the ratios outside [1 − ε, 1 + ε]; the documented fraction counts the tokens where "
+       "the clipped loss is the larger one (−A·clip(ratio) > −A·ratio), which depends on the advantage's sign")
+def ppo_clipfrac_range(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef):
+    return _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef,
+                clipfrac="range")
+
+
+@part3("ppo_loss", "value_loss_without_half", "the value loss lacks its factor ½ (½ · mean(max(...)))")
+def ppo_vf_no_half(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef):
+    return _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef,
+                vf_half=1.0)
+
+
+@part3("ppo_loss", "loss_value_stat_includes_vf_coef",
+       "stats['loss/value'] was the returned value loss, vf_coef included; it is the loss before vf_coef (TRL's quirk)")
+def ppo_value_stat_with_coef(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value,
+                             vf_coef):
+    return _ppo(old_logprobs, values, logprobs, vpreds, mask, advantages, returns, cliprange, cliprange_value, vf_coef,
+                coef_in_value_stat=True)
 
 
 @part3("ppo_loss", "stats_keep_the_graph", "the stats were not detached, so each one keeps the whole autograd graph alive")

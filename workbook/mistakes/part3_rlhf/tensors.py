@@ -90,6 +90,14 @@ def whiten_ignores_flag(values, shift_mean=True):
     return (values - values.mean()) * torch.rsqrt(values.var() + 1e-8)
 
 
+@part3("whiten", "scaled_without_centring",
+       "with shift_mean=False the values were only multiplied by rsqrt(var + 1e-8), not centred first: "
+       "(x − mean)·s + mean moves every value towards the mean, x·s moves them towards 0")
+def whiten_scaled_only(values, shift_mean=True):
+    scale = torch.rsqrt(values.var() + 1e-8)
+    return (values - values.mean()) * scale if shift_mean else values * scale
+
+
 @part3("whiten", "eps_outside_sqrt", "the 1e-8 was added to the standard deviation instead of inside the square root")
 def whiten_eps_outside(values, shift_mean=True):
     mean = values.mean()
@@ -234,6 +242,16 @@ def masked_whiten_indexed(values, mask, shift_mean=True):
     mean, var = values[mask].mean(), values[mask].var()
     out = (values - mean) * torch.rsqrt(var + 1e-8)
     return out if shift_mean else out + mean
+
+
+@part3("masked_whiten", "padding_left_unchanged",
+       "only the masked-in positions were whitened (out[mask] = whiten(values[mask])): the padding kept its raw "
+       "values instead of being transformed like every other position")
+def masked_whiten_padding_kept(values, mask, shift_mean=True):
+    keep = mask.bool()
+    out = values.clone()
+    out[keep] = _ref.whiten(values[keep], shift_mean)
+    return out
 
 
 @part3("masked_whiten", "eps_outside_sqrt", "the 1e-8 was added to the standard deviation instead of inside the square root")

@@ -20,7 +20,8 @@ part3 = partial(mistake, "part3_rlhf")
 def _trainer_step(self, queries, responses, scores, response_masks=None, *, use_temperature=True, ref_is_policy=False,
                   update_kl=True, dropout_on=False, shuffle=True, kind_ignored=False, clip="config", cliprange_swap=False,
                   entropy_sign=-1.0, kl_token_mean=False, std_of_one="zero", stats_as_tensors=False, ref_grad=False,
-                  tool_masked_in_rollout=True, tool_masked_in_minibatch=True, tool_masked_in_logprob_stats=True):
+                  tool_masked_in_rollout=True, tool_masked_in_minibatch=True, tool_masked_in_logprob_stats=True,
+                  gae_defaults=False):
     """PPOTrainer.step with switches; each mistake below flips one."""
     rollout_tool_masks = response_masks if tool_masked_in_rollout else None
     minibatch_tool_masks = response_masks if tool_masked_in_minibatch else None
@@ -48,7 +49,8 @@ def _trainer_step(self, queries, responses, scores, response_masks=None, *, use_
     else:
         lp, ref_lp = old_logprobs, ref_logprobs
     rewards, non_score, kls = _ref.compute_rewards(scores, lp, ref_lp, masks, kl_coef, kind)
-    values, advantages, returns = _ref.compute_advantages(values, rewards, masks, cfg.gamma, cfg.lam)
+    gamma, lam = (1.0, 0.95) if gae_defaults else (cfg.gamma, cfg.lam)
+    values, advantages, returns = _ref.compute_advantages(values, rewards, masks, gamma, lam)
     collected = {}
     for _ in range(cfg.ppo_epochs):
         order = torch.randperm(batch, generator=self.generator) if shuffle else torch.arange(batch)
@@ -159,6 +161,13 @@ class TrainerEntropyAdded(_ref.PPOTrainer):
 class TrainerTokenMeanKL(_ref.PPOTrainer):
     def step(self, queries, responses, scores, response_masks=None):
         return _trainer_step(self, queries, responses, scores, response_masks, kl_token_mean=True)
+
+
+@part3("PPOTrainer", "gamma_and_lam_not_from_config",
+       "compute_advantages got γ = 1 and λ = 0.95 (PPOConfig's defaults, written in) instead of config.gamma and config.lam")
+class TrainerGAEDefaults(_ref.PPOTrainer):
+    def step(self, queries, responses, scores, response_masks=None):
+        return _trainer_step(self, queries, responses, scores, response_masks, gae_defaults=True)
 
 
 @part3("PPOTrainer", "std_of_one_score_is_nan",
