@@ -54,11 +54,16 @@ def set_log_std(actor: nn.Module, values: list[float]) -> None:
         actor.log_std.copy_(torch.tensor(values).reshape(actor.log_std.shape))
 
 
-def actor_like_reference(cls, ref, num_obs: int, action_dim: int, log_std: list[float], seed: int = 0):
+def actor_like_reference(cls, ref, num_obs: int, action_dim: int, log_std: list[float], seed: int = 0,
+                         head_scale: float = 1.0):
     """``cls``'s actor with the reference actor's (seeded) weights copied in, layer by layer in the order the
-    forward pass applies them (not the order they were created), and log σ set."""
+    forward pass applies them (not the order they were created), and log σ set. ``head_scale`` multiplies the
+    head's weights (gain 0.01: means ~0.01, where tanh(μ) ≈ μ; ×100 puts them near ±1)."""
     torch.manual_seed(seed)
     source = ref.GaussianActor(num_obs, action_dim, 32)
+    with torch.no_grad():
+        [*_, head] = (m for m in source.modules() if isinstance(m, nn.Linear))
+        head.weight *= head_scale
     actor = cls(num_obs, action_dim, 32)
     copy_linears_by_role(actor, source, torch.zeros(1, num_obs),
                          call=f"GaussianActor({num_obs}, {action_dim}, 32)(obs)")
@@ -104,11 +109,12 @@ def test_gaussian_actor_defaults(impl, ref):
 
 
 @pytest.mark.exercise("GaussianActor")
-@pytest.mark.parametrize("action_dim,log_std", [(2, [0.3, -0.7]), (1, [-1.2]), (3, [0.0, 0.5, -2.0])])
+@pytest.mark.parametrize("action_dim,log_std", [(2, [0.3, -0.7]), (1, [-1.2]), (3, [0.0, 2.5, -6.0])])
 def test_gaussian_policy_matches_reference(impl, ref, action_dim, log_std):
-    # Same weights as the reference, log σ set away from its initial 0 (where σ = σ² = 1).
+    # Same weights as the reference (the head's ×100, so the means reach ±1, where tanh(μ) ≠ μ), log σ set away
+    # from its initial 0 (where σ = σ² = 1) — to 2.5 and −6 too, outside the ±2/−5 bounds some codes clamp it to.
     def run(cls):
-        actor = actor_like_reference(cls, ref, 5, action_dim, log_std)
+        actor = actor_like_reference(cls, ref, 5, action_dim, log_std, head_scale=100.0)
         g = torch.Generator().manual_seed(action_dim)
         obs, actions = torch.randn(16, 5, generator=g), 2 * torch.randn(16, action_dim, generator=g)
         obs.requires_grad_(True)  # d log π / d obs flows through the mean network only: a detach inside dist() cuts it
@@ -123,7 +129,7 @@ def test_gaussian_policy_matches_reference(impl, ref, action_dim, log_std):
                     torch.zeros_like(obs) if through_mean is None else through_mean}
 
     check_exercise(impl, ref, "GaussianActor", run, rtol=1e-4, atol=1e-5,
-                   call=f"GaussianActor(5, {action_dim}, 32) with the reference's weights, log_std={log_std}: "
+                   call=f"GaussianActor(5, {action_dim}, 32) with the reference's weights (head ×100), log_std={log_std}: "
                         "actor(obs), actor.dist(obs) on 16 observations")
 
 
@@ -238,15 +244,15 @@ def test_running_statistics_accept_float32_and_match_reference(impl, ref):
 
 # --- ObservationNormalizer -----------------------------------------------------------------------
 
-def normaliser_with_reference_stats(cls, ref, shape, clip):
-    normaliser = cls(shape, clip=clip)
+def normaliser_with_reference_stats(cls, ref, shape, clip, epsilon=None):
+    normaliser = cls(shape, clip=clip) if epsilon is None else cls(shape, clip=clip, epsilon=epsilon)
     normaliser.rms = ref.RunningMeanStd(shape)  # isolate this exercise from your RunningMeanStd
     return normaliser
 
 
 @pytest.mark.exercise("ObservationNormalizer")
-@pytest.mark.parametrize("clip", [10.0, 1.5])
-def test_observation_normaliser_matches_reference(impl, ref, clip):
+@pytest.mark.parametrize("clip,epsilon", [(10.0, None), (1.5, None), (10.0, 0.25)])  # None: the default ε = 1e-8
+def test_observation_normaliser_matches_reference(impl, ref, clip, epsilon):
     g = torch.Generator().manual_seed(0)
     scale = torch.tensor([0.01, 1.0, 50.0])
     calls = [(torch.randn(1, 3, generator=g) * scale + 2, True),       # a batch of one observation
@@ -256,12 +262,12 @@ def test_observation_normaliser_matches_reference(impl, ref, clip):
              (torch.randn(4, 3, generator=g) * scale + 2, True)]
 
     def run(cls):
-        normaliser = normaliser_with_reference_stats(cls, ref, (3,), clip)
+        normaliser = normaliser_with_reference_stats(cls, ref, (3,), clip, epsilon)
         outputs = [normaliser(obs.clone(), update=update) for obs, update in calls]
         return {"outputs": outputs, "statistics after": rms_state(normaliser.rms)}
 
     check_exercise(impl, ref, "ObservationNormalizer", run, rtol=1e-5, atol=1e-5,
-                   call=f"ObservationNormalizer((3,), clip={clip}) called on batches of 1, 8, 1 (an outlier), 5 "
+                   call=f"ObservationNormalizer((3,), clip={clip}{'' if epsilon is None else f', epsilon={epsilon}'}) called on batches of 1, 8, 1 (an outlier), 5 "
                         "(update=False) and 4 observations")
 
 
@@ -327,35 +333,38 @@ def test_observation_normaliser_keeps_epsilon_inside_the_sqrt_when_a_feature_bar
 
 # --- RewardScaler --------------------------------------------------------------------------------
 
-def reward_stream(seed: int, steps: int = 12, num_envs: int = 3):
-    """Rewards around 3 (like Hopper's) and reset steps where episodes of uneven length end."""
+def reward_stream(seed: int, steps: int = 12, num_envs: int = 3, centre: float = 3.0):
+    """Rewards around ``centre`` (3: like Hopper's) and reset steps where episodes of uneven length end."""
     g = torch.Generator().manual_seed(seed)
-    rewards = 3.0 + torch.randn(steps, num_envs, generator=g)
+    rewards = centre + torch.randn(steps, num_envs, generator=g)
     reset = torch.zeros(steps, num_envs, dtype=torch.bool)
     reset[4, 0] = reset[9, 0] = reset[6, 1] = reset[7, 2] = True
     rewards[reset] = 0.0  # a reset step's reward is 0
     return rewards, reset
 
 
-def scaler_with_reference_stats(cls, ref, num_envs, gamma, clip):
-    scaler = cls(num_envs, gamma, clip=clip)
+def scaler_with_reference_stats(cls, ref, num_envs, gamma, clip, epsilon=None):
+    scaler = cls(num_envs, gamma, clip=clip) if epsilon is None else cls(num_envs, gamma, clip=clip, epsilon=epsilon)
     scaler.return_rms = ref.RunningMeanStd(())  # isolate this exercise from your RunningMeanStd
     return scaler
 
 
 @pytest.mark.exercise("RewardScaler")
-@pytest.mark.parametrize("gamma,clip", [(0.99, 10.0), (0.5, 10.0), (0.9, 0.8)])
-def test_reward_scaler_matches_reference(impl, ref, gamma, clip):
-    rewards, reset = reward_stream(0)
+@pytest.mark.parametrize("gamma,clip,epsilon,centre", [(0.99, 10.0, None, 3.0), (0.5, 10.0, None, 3.0), (0.9, 0.8, None, 3.0),
+                                                       (0.9, 0.8, None, -3.0),  # negative rewards: the clip at −0.8
+                                                       (0.9, 10.0, 0.5, 3.0)])  # None: the default ε = 1e-8
+def test_reward_scaler_matches_reference(impl, ref, gamma, clip, epsilon, centre):
+    rewards, reset = reward_stream(0, centre=centre)
 
     def run(cls):
-        scaler = scaler_with_reference_stats(cls, ref, 3, gamma, clip)
+        scaler = scaler_with_reference_stats(cls, ref, 3, gamma, clip, epsilon)
         scaled = torch.stack([scaler(r.clone(), d.clone()) for r, d in zip(rewards, reset)])
         return {"scaled rewards": scaled, "returns after": scaler.returns,
                 "statistics of the returns": rms_state(scaler.return_rms)}
 
     check_exercise(impl, ref, "RewardScaler", run, rtol=1e-5, atol=1e-5,
-                   call=f"RewardScaler(3, gamma={gamma}, clip={clip}) over 12 steps with reset steps")
+                   call=f"RewardScaler(3, gamma={gamma}, clip={clip}{'' if epsilon is None else f', epsilon={epsilon}'}) "
+                        f"over 12 steps of rewards around {centre} with reset steps")
 
 
 @pytest.mark.exercise("RewardScaler")
@@ -415,7 +424,7 @@ def test_reward_scaler_keeps_epsilon_inside_the_sqrt_when_the_returns_barely_var
 # --- ContinuousAgent.play_step -------------------------------------------------------------------
 
 def record_rollout(impl, ref, agent_cls, *, num_envs: int, steps: int, seed: int = 0, reward_clip: float = 10.0,
-                   value_shift: float = 0.0, **env_kwargs) -> dict:
+                   value_shift: float = 0.0, gamma: float = GAMMA, **env_kwargs) -> dict:
     """``steps`` play_steps on the echo env with the reference networks, normaliser and scaler
     (``value_shift`` is added to the critic's output bias: V ≈ value_shift)."""
     torch.manual_seed(seed)
@@ -426,9 +435,9 @@ def record_rollout(impl, ref, agent_cls, *, num_envs: int, steps: int, seed: int
             [*_, last] = (m for m in critic.modules() if isinstance(m, nn.Linear))
             last.bias += value_shift
     envs = make_vector_env(ECHO_ID, num_envs, **env_kwargs)
-    normaliser, scaler = ref.ObservationNormalizer((3,)), ref.RewardScaler(num_envs, GAMMA, reward_clip)
+    normaliser, scaler = ref.ObservationNormalizer((3,)), ref.RewardScaler(num_envs, gamma, reward_clip)
     memory = impl.ReplayMemory()
-    agent = agent_cls(envs, actor, critic, memory, GAMMA, normaliser, scaler, seed=seed)
+    agent = agent_cls(envs, actor, critic, memory, gamma, normaliser, scaler, seed=seed)
     torch.manual_seed(seed + 1)
     received = []
     for _ in range(steps):
@@ -461,10 +470,12 @@ def test_a_reward_clip_binding_on_a_truncation_step_leaves_the_bootstrap_unclipp
     # reward_clip = 0.05 binds on every step, truncation steps included; V ≈ 3, so γ·V lies far outside
     # ±0.05. The docstring: clip the scaled reward, then add γ·V — the stored reward on a truncation step is
     # ±0.05 + γ·V, not clipped back to ±0.05 (and γ·V is not scaled or clipped on its own either).
-    clip, shift = 0.05, 3.0
+    # γ = 0.9 here (0.99 elsewhere): the bootstrap uses the agent's gamma, not a hard-coded 0.99.
+    clip, shift, gamma = 0.05, 3.0, 0.9
 
     def run(cls):
-        return record_rollout(impl, ref, cls, num_envs=2, steps=8, reward_clip=clip, value_shift=shift, max_episode_steps=3)
+        return record_rollout(impl, ref, cls, num_envs=2, steps=8, reward_clip=clip, value_shift=shift, gamma=gamma,
+                              max_episode_steps=3)
 
     expected = run(ref.ContinuousAgent)
     dones, rewards = expected["dones"].bool(), expected["rewards"]
@@ -474,7 +485,7 @@ def test_a_reward_clip_binding_on_a_truncation_step_leaves_the_bootstrap_unclipp
     assert truncation.sum() == 4 and (rewards[truncation] > 2.0).all(), "test inputs: γ·V must be outside the clip"
     assert torch.allclose(rewards[ordinary].abs(), torch.tensor(clip)), "test inputs: the clip must bind"
     check_exercise(impl, ref, "ContinuousAgent", run,
-                   call=f"ContinuousAgent(ContinuousEcho × 2, max_episode_steps=3, RewardScaler(clip={clip}), critic "
+                   call=f"ContinuousAgent(ContinuousEcho × 2, max_episode_steps=3, gamma={gamma}, RewardScaler(clip={clip}), critic "
                         f"with V ≈ {shift}).play_step() × 8, then memory.stacked() and the agent's state: "
                         "stored reward on a truncation step = clip(r / σ) + γ·V")
 

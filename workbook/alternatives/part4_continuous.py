@@ -72,6 +72,22 @@ def clip_with_torch(actions, low, high):
     return torch.clamp(actions.clone(), torch.from_numpy(low), torch.from_numpy(high)).numpy()
 
 
+@part4("clip_action", "numpy_minimum_maximum", "np.minimum(np.maximum(a, low), high) on a detached CPU copy")
+def clip_with_minimum_maximum(actions, low, high):
+    return np.minimum(np.maximum(actions.detach().cpu().numpy(), low), high)
+
+
+@part4("RunningMeanStd", "welford_one_sample_at_a_time",
+       "Welford's update, one sample at a time (the same statistics as the batch formula, in float64)")
+class RMSWelford(_ReferenceRMS):
+    def update(self, batch):
+        for x in batch.double():
+            self.count += 1
+            d = x - self.mean
+            self.mean = self.mean + d / self.count
+            self.var = (self.var * (self.count - 1) + d * (x - self.mean)) / self.count
+
+
 @part4("RunningMeanStd", "variance_form",
        "the combined variance written as weighted variances plus δ²·n_a·n_b/n², without forming M2")
 class RMSVarianceForm(_ReferenceRMS):

@@ -28,7 +28,8 @@ class _ConfigurableActor(_ReferenceActor):
     """The reference actor with switches, one per mistake below."""
 
     head_gain, activation = 0.01, nn.Tanh
-    scale_is_variance = per_dimension = mean_detached = False
+    scale_is_variance = per_dimension = mean_detached = tanh_mean = False
+    log_std_bounds = None
 
     def __init__(self, num_obs, action_dim, hidden_size=64, init_log_std=0.0):
         nn.Module.__init__(self)
@@ -37,9 +38,13 @@ class _ConfigurableActor(_ReferenceActor):
                                   layer_init(nn.Linear(hidden_size, action_dim), std=self.head_gain))
         self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
 
+    def forward(self, obs):
+        return torch.tanh(self.mean(obs)) if self.tanh_mean else self.mean(obs)
+
     def dist(self, obs):
-        mean = self.mean(obs).detach() if self.mean_detached else self.mean(obs)
-        scale = (2 * self.log_std if self.scale_is_variance else self.log_std).exp().expand_as(mean)
+        mean = self(obs).detach() if self.mean_detached else self(obs)
+        log_std = self.log_std if self.log_std_bounds is None else self.log_std.clamp(*self.log_std_bounds)
+        scale = (2 * log_std if self.scale_is_variance else log_std).exp().expand_as(mean)
         return Normal(mean, scale) if self.per_dimension else Independent(Normal(mean, scale), 1)
 
 
@@ -63,6 +68,19 @@ class ActorNotIndependent(_ConfigurableActor):
 @part4("GaussianActor", "head_gain_sqrt2", "the mean's head was initialised with gain √2 instead of 0.01")
 class ActorHeadGainSqrt2(_ConfigurableActor):
     head_gain = np.sqrt(2)
+
+
+@part4("GaussianActor", "mean_squashed_with_tanh",
+       "the mean was squashed with tanh (μ = tanh(head(h))): the head is linear, and with its 0.01 gain the two agree "
+       "only while the means are small")
+class ActorTanhMean(_ConfigurableActor):
+    tanh_mean = True
+
+
+@part4("GaussianActor", "log_std_clamped",
+       "log σ was clamped to [−5, 2] before exp (as in SAC); σ = exp(log_std) for every value")
+class ActorClampedLogStd(_ConfigurableActor):
+    log_std_bounds = (-5.0, 2.0)
 
 
 @part4("GaussianActor", "relu_instead_of_tanh", "ReLU was used where Tanh belongs")
@@ -106,6 +124,12 @@ def clip_tanh(actions, low, high):
        "the first dimension's bounds (low[0], high[0]) were used for every dimension")
 def clip_first_bound(actions, low, high):
     return np.clip(actions.numpy(), low[0], high[0])
+
+
+@part4("clip_action", "bounds_assumed_symmetric",
+       "the actions were clipped to [−high, high], as if every low were −high")
+def clip_symmetric(actions, low, high):
+    return _reference_clip(actions, -high, high)
 
 
 @part4("clip_action", "clipped_to_unit_range", "the actions were clipped to [−1, 1] instead of the env's bounds")
@@ -155,16 +179,22 @@ class RMSCountReplaced(_ConfigurableRMS):
 # --- ObservationNormalizer ------------------------------------------------------------------------
 
 class _ConfigurableNormalizer(_ReferenceNormalizer):
-    ignore_update_flag = by_variance = no_clip = clip_raw = eps_outside_sqrt = False
+    ignore_update_flag = by_variance = no_clip = clip_raw = eps_outside_sqrt = update_after = upper_only = False
+    fixed_epsilon = None
 
     def __call__(self, obs, update=True):
-        if update or self.ignore_update_flag:
+        if (update or self.ignore_update_flag) and not self.update_after:
             self.rms.update(obs)
+        eps = self.epsilon if self.fixed_epsilon is None else self.fixed_epsilon
         x = obs.double().clamp(-self.clip, self.clip) if self.clip_raw else obs.double()
-        scale = self.rms.var + self.epsilon if self.by_variance else torch.sqrt(self.rms.var + self.epsilon)
+        scale = self.rms.var + eps if self.by_variance else torch.sqrt(self.rms.var + eps)
         if self.eps_outside_sqrt:
-            scale = torch.sqrt(self.rms.var) + self.epsilon
+            scale = torch.sqrt(self.rms.var) + eps
         out = (x - self.rms.mean) / scale
+        if update and self.update_after:
+            self.rms.update(obs)
+        if self.upper_only:
+            return out.clamp(max=self.clip).to(obs.dtype)
         return (out if self.no_clip or self.clip_raw else out.clamp(-self.clip, self.clip)).to(obs.dtype)
 
 
@@ -191,6 +221,24 @@ class NormalizerEpsOutsideSqrt(_ConfigurableNormalizer):
     eps_outside_sqrt = True
 
 
+@part4("ObservationNormalizer", "epsilon_hard_coded",
+       "ε was hard-coded to 1e-8 instead of the normaliser's epsilon")
+class NormalizerFixedEpsilon(_ConfigurableNormalizer):
+    fixed_epsilon = 1e-8
+
+
+@part4("ObservationNormalizer", "normalised_before_updating",
+       "the observations were normalised with the old statistics and only then folded into them (update first)")
+class NormalizerUpdatesAfter(_ConfigurableNormalizer):
+    update_after = True
+
+
+@part4("ObservationNormalizer", "clipped_above_only",
+       "the normalised observations were clipped at +clip only (clamp(max=clip)), not to ±clip")
+class NormalizerClipsAboveOnly(_ConfigurableNormalizer):
+    upper_only = True
+
+
 @part4("ObservationNormalizer", "clipped_before_normalising",
        "the raw observations were clipped to ±clip before normalising, instead of the normalised ones")
 class NormalizerClipsRaw(_ConfigurableNormalizer):
@@ -200,7 +248,8 @@ class NormalizerClipsRaw(_ConfigurableNormalizer):
 # --- RewardScaler ------------------------------------------------------------------------------
 
 class _ConfigurableScaler(_ReferenceScaler):
-    stats_of_rewards = never_reset = subtract_mean = no_clip = eps_outside_sqrt = False
+    stats_of_rewards = never_reset = subtract_mean = no_clip = eps_outside_sqrt = upper_only = False
+    fixed_epsilon = None
 
     def __call__(self, rewards, reset_step):
         r = rewards.double()
@@ -210,9 +259,11 @@ class _ConfigurableScaler(_ReferenceScaler):
         if kept.any():
             self.return_rms.update(r[kept] if self.stats_of_rewards else self.returns[kept])
         centred = r - self.return_rms.mean if self.subtract_mean else r
-        std = torch.sqrt(self.return_rms.var) + self.epsilon if self.eps_outside_sqrt else torch.sqrt(
-            self.return_rms.var + self.epsilon)
+        eps = self.epsilon if self.fixed_epsilon is None else self.fixed_epsilon
+        std = torch.sqrt(self.return_rms.var) + eps if self.eps_outside_sqrt else torch.sqrt(self.return_rms.var + eps)
         scaled = centred / std
+        if self.upper_only:
+            return scaled.clamp(max=self.clip).float()
         return (scaled if self.no_clip else scaled.clamp(-self.clip, self.clip)).float()
 
 
@@ -240,6 +291,17 @@ class ScalerEpsOutsideSqrt(_ConfigurableScaler):
     eps_outside_sqrt = True
 
 
+@part4("RewardScaler", "epsilon_hard_coded", "ε was hard-coded to 1e-8 instead of the scaler's epsilon")
+class ScalerFixedEpsilon(_ConfigurableScaler):
+    fixed_epsilon = 1e-8
+
+
+@part4("RewardScaler", "clipped_above_only",
+       "the scaled rewards were clipped at +clip only (clamp(max=clip)): negative rewards go unclipped")
+class ScalerClipsAboveOnly(_ConfigurableScaler):
+    upper_only = True
+
+
 @part4("RewardScaler", "no_reward_clipping", "the scaled rewards were not clipped to ±clip")
 class ScalerNoClip(_ConfigurableScaler):
     no_clip = True
@@ -253,6 +315,7 @@ class _ConfigurableAgent(_ReferenceAgent):
     store_clipped = logprob_of_clipped = send_unclipped = mean_action = freeze_normaliser = False
     bootstrap_before_scaling = scaler_gets_new_flags = bootstrap_terminated_too = with_grad = False
     clip_after_bootstrap = False
+    fixed_gamma = None
 
     def play_step(self):
         obs, dones = self.next_obs, self.next_done
@@ -271,7 +334,8 @@ class _ConfigurableAgent(_ReferenceAgent):
         truncated = torch.as_tensor(truncated, dtype=torch.bool)
         cut_short = truncated if self.bootstrap_terminated_too else truncated & ~terminated
         with torch.inference_mode():
-            bootstrap = torch.where(cut_short, self.gamma * self.critic(next_obs).squeeze(-1), 0.0)
+            gamma = self.gamma if self.fixed_gamma is None else self.fixed_gamma
+            bootstrap = torch.where(cut_short, gamma * self.critic(next_obs).squeeze(-1), 0.0)
         flags = terminated | truncated if self.scaler_gets_new_flags else dones
         if self.bootstrap_before_scaling:
             rewards = self.reward_scaler(rewards + bootstrap, flags)
@@ -337,6 +401,12 @@ class AgentScalerNewFlags(_ConfigurableAgent):
        "an episode that was terminated and truncated on the same step was bootstrapped (termination wins: no future)")
 class AgentBootstrapsTerminated(_ConfigurableAgent):
     bootstrap_terminated_too = True
+
+
+@part4("ContinuousAgent", "gamma_hard_coded",
+       "the truncation bootstrap used a hard-coded γ = 0.99 instead of the agent's gamma")
+class AgentFixedGamma(_ConfigurableAgent):
+    fixed_gamma = 0.99
 
 
 @part4("ContinuousAgent", "stores_autograd_graph",
