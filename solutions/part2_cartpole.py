@@ -375,6 +375,8 @@ def compute_ppo_objective(actor: nn.Module, critic: nn.Module, minibatch: Replay
       minus a (minibatch_size,) one broadcasts to a square matrix.
     - Use the networks' fresh outputs, not ``minibatch.values`` (those are constants; the
       critic would never learn).
+    - Leave the minibatch as it is: normalising its advantages in place changes the caller's
+      data (Part 1's surrogate normalises its own copy).
     """
     dist = Categorical(logits=actor(minibatch.obs))
     values = critic(minibatch.obs).squeeze(-1)
@@ -395,7 +397,8 @@ def learning_phase(actor: nn.Module, critic: nn.Module, minibatches: list[Replay
         clip the global gradient norm of *all* parameters (actor and critic) to
         ``args.max_grad_norm`` with ``nn.utils.clip_grad_norm_`` → optimizer step.
     After the last minibatch, ``scheduler.step()`` once: the scheduler counts learning
-    phases (``args.total_phases`` of them), not minibatches.
+    phases (``args.total_phases`` of them), not minibatches — so it steps once even when
+    ``minibatches`` is empty (``get_minibatches`` drops minibatches of reset steps).
 
     Why clip: one minibatch with a few huge advantages can produce a gradient far larger
     than usual, and one such step can wreck a good policy; clipping the norm bounds the step

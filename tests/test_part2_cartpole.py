@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from workbook.cartpole import STEP_COUNTER_ID, make_vector_env
+from workbook.cartpole import STEP_COUNTER_ID, finished_episodes, make_vector_env
 from workbook.checking import WrongAnswer, check_exercise, describe_network, explain, known_mistake, matching_mistakes
 
 PART = "part2_cartpole"
@@ -122,6 +122,25 @@ def test_rollout_stores_no_autograd_graphs(impl, ref):
                                   "ran with autograd on", [mistake("PPOAgent", "no_inference_mode")]))
 
 
+@pytest.mark.exercise("PPOAgent")
+def test_play_step_returns_the_steps_infos(impl, ref):
+    # PPOTrainer reads the finished episodes from what play_step returns: StepCounter with a
+    # 3-step limit finishes an episode (return 1 + 2 + 3, length 3) every 4 steps.
+    def run(cls):
+        actor, critic = step_counter_networks()
+        envs = make_vector_env(STEP_COUNTER_ID, 1, max_episode_steps=3)
+        agent = cls(envs, actor, critic, impl.ReplayMemory(), GAMMA, seed=0)
+        infos = [agent.play_step() for _ in range(8)]
+        envs.close()
+        if not all(isinstance(info, dict) for info in infos):
+            return {"play_step returned": [type(info).__name__ for info in infos]}
+        return {"finished episodes, from the returned infos": [finished_episodes(info) for info in infos]}
+
+    check_exercise(impl, ref, "PPOAgent", run,
+                   call="PPOAgent(StepCounter, max_episode_steps=3).play_step() × 8, each return value read by "
+                        "finished_episodes")
+
+
 def step_counter_networks():
     """Actor with zero weights (uniform policy; the env ignores actions) and V(k) = 10 + k."""
     actor, critic = nn.Linear(1, 2), nn.Linear(1, 1)
@@ -213,11 +232,14 @@ def test_ppo_objective_and_its_gradients_match_reference(impl, ref, seed, ent_co
     def run(fn):
         actor, critic = reference_networks(ref, seed)
         args = impl.PPOArgs(ent_coef=ent_coef, clip_coef=clip_coef, vf_coef=vf_coef)
-        objective = fn(actor, critic, make_minibatch(impl, seed), args)
+        minibatch = make_minibatch(impl, seed)
+        before = {k: v.clone() for k, v in vars(minibatch).items()}
+        objective = fn(actor, critic, minibatch, args)
         if objective.requires_grad:
             objective.backward()
+        changed = sorted(k for k, v in before.items() if not torch.equal(getattr(minibatch, k), v))
         return {"objective": objective.detach(), "gradient w.r.t. the actor": gradient(actor),
-                "gradient w.r.t. the critic": gradient(critic)}
+                "gradient w.r.t. the critic": gradient(critic), "minibatch fields changed by the call": changed}
 
     check_exercise(impl, ref, "compute_ppo_objective", run,
                    call=f"compute_ppo_objective(actor, critic, minibatch of 32, PPOArgs(ent_coef={ent_coef}, "
@@ -240,6 +262,22 @@ def test_learning_phase_matches_reference(impl, ref, seed, max_grad_norm):
     check_exercise(impl, ref, "learning_phase", run, rtol=1e-4, atol=1e-5,
                    call=f"learning_phase(actor, critic, 4 minibatches of 16, Adam(lr=1e-2), scheduler over 20 phases, "
                         f"PPOArgs(max_grad_norm={max_grad_norm}))", cache_key=f"learning phase {seed} {max_grad_norm}")
+
+
+@pytest.mark.exercise("learning_phase")
+def test_learning_phase_without_minibatches_still_steps_the_scheduler(impl, ref):
+    # get_minibatches drops reset steps and minibatches of fewer than 2: a phase may have none.
+    # The scheduler counts phases, so it still steps once; no parameter moves.
+    def run(fn):
+        actor, critic = reference_networks(ref, 4)
+        optimizer, scheduler = ref.make_optimizer(actor, critic, total_phases=4, initial_lr=1e-2)
+        fn(actor, critic, [], optimizer, scheduler, impl.PPOArgs())
+        return {"actor parameters after": flat_parameters(actor), "critic parameters after": flat_parameters(critic),
+                "learning rate after": optimizer.param_groups[0]["lr"], "scheduler steps": scheduler.n_step_calls}
+
+    check_exercise(impl, ref, "learning_phase", run,
+                   call="learning_phase(actor, critic, [] (no minibatches), Adam(lr=1e-2), scheduler over 4 phases, "
+                        "PPOArgs())")
 
 
 def critic_only_objective(actor, critic, minibatch, args):

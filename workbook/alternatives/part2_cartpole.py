@@ -88,3 +88,69 @@ def learning_phase_zero_after(actor, critic, minibatches, optimizer, scheduler, 
         optimizer.step()
         optimizer.zero_grad()
     scheduler.step()
+
+
+@part2("get_actor_and_critic", "named_layers_in_an_ordered_dict",
+       "one helper builds both networks as nn.Sequential(OrderedDict(...)) with named layers")
+def networks_named_layers(num_obs, num_actions, hidden_size=64):
+    from collections import OrderedDict
+
+    from solutions.part2_cartpole import layer_init
+
+    def mlp(out_size, head_gain):
+        return nn.Sequential(OrderedDict(
+            fc1=layer_init(nn.Linear(num_obs, hidden_size)), act1=nn.Tanh(),
+            fc2=layer_init(nn.Linear(hidden_size, hidden_size)), act2=nn.Tanh(),
+            head=layer_init(nn.Linear(hidden_size, out_size), std=head_gain)))
+
+    return mlp(num_actions, 0.01), mlp(1, 1.0)
+
+
+class AgentMaskedBootstrap(_ReferenceAgent):
+    def play_step(self):
+        obs, dones = self.next_obs, self.next_done
+        with torch.inference_mode():
+            dist = Categorical(logits=self.actor(obs))
+            actions = dist.sample()
+            logprobs = dist.log_prob(actions)
+            values = self.critic(obs)[:, 0]
+        next_obs, rewards, terminated, truncated, infos = self.envs.step(actions.numpy())
+        next_obs = torch.from_numpy(np.asarray(next_obs, dtype=np.float32))
+        terminated = torch.from_numpy(np.asarray(terminated, dtype=bool))
+        truncated = torch.from_numpy(np.asarray(truncated, dtype=bool))
+        with torch.no_grad():  # the bootstrap of every env, masked to the truncated-only ones
+            final_values = self.critic(next_obs)[:, 0]
+        cut_short = (truncated & ~terminated).float()
+        rewards = torch.from_numpy(np.asarray(rewards, dtype=np.float32)) + self.gamma * final_values * cut_short
+        self.memory.add(obs, actions, logprobs, values, rewards, dones)
+        self.next_obs, self.next_done = next_obs, terminated | truncated
+        self.step += len(actions)
+        return infos
+
+
+part2("PPOAgent", "no_grad_masked_bootstrap",
+      "the truncation bootstrap of every environment under torch.no_grad(), multiplied by a float mask; numpy "
+      "conversions through torch.from_numpy; values read as column 0")(AgentMaskedBootstrap)
+
+
+@part2("compute_ppo_objective", "negated_loss", "a loss −L^CLIP + c₁·L^VF − c₂·S built first, then negated")
+def objective_negated_loss(actor, critic, minibatch, args):
+    dist = Categorical(logits=actor(minibatch.obs))
+    loss = (-calc_clipped_surrogate_objective(dist, minibatch.actions, minibatch.advantages, minibatch.logprobs,
+                                              args.clip_coef)
+            + calc_value_function_loss(critic(minibatch.obs)[:, 0], minibatch.returns, args.vf_coef)
+            - calc_entropy_bonus(dist, args.ent_coef))
+    return -loss
+
+
+@part2("learning_phase", "optimizer_param_groups",
+       "each network zeroed with set_to_none=False; the clipped parameters read from the optimizer's param groups")
+def learning_phase_param_groups(actor, critic, minibatches, optimizer, scheduler, args, objective=None):
+    parameters = [p for group in optimizer.param_groups for p in group["params"]]
+    for minibatch in minibatches:
+        actor.zero_grad(set_to_none=False)
+        critic.zero_grad(set_to_none=False)
+        (objective or _reference_objective)(actor, critic, minibatch, args).backward()
+        nn.utils.clip_grad_norm_(parameters, max_norm=args.max_grad_norm)
+        optimizer.step()
+    scheduler.step()

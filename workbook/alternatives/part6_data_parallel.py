@@ -26,6 +26,17 @@ def data_seed_large_offsets(seed, rank):
     return seed if rank == 0 else seed + rank * 2 ** 31
 
 
+@part6("data_seed", "rank_in_the_bits_above_the_seed",
+       "the rank in the bits above 2²⁰ (every promised seed < 10⁶ < 2²⁰) with a bitwise or; negative input "
+       "refused by an explicit check on each")
+def data_seed_rank_bits(seed, rank):
+    if seed < 0:
+        raise ValueError(f"negative seed {seed}")
+    if rank < 0:
+        raise ValueError(f"negative rank {rank}")
+    return seed | (rank << 20)
+
+
 @part6("average_gradients", "one_all_reduce_per_parameter",
        "one all_reduce per parameter and an in-place division (slower: a collective per tensor, but the same result)")
 def average_gradients_per_parameter(parameters):

@@ -60,6 +60,18 @@ def networks_shared_body(num_obs, num_actions, hidden_size=64):
             nn.Sequential(*body, layer_init(nn.Linear(hidden_size, 1), 1.0)))
 
 
+@part2("get_actor_and_critic", "softmax_on_actor_head",
+       "the actor ends in a Softmax (it must output logits: Categorical(logits=...) normalises them itself)")
+def networks_softmax_head(num_obs, num_actions, hidden_size=64):
+    return (nn.Sequential(*_mlp(num_obs, num_actions, hidden_size, 0.01), nn.Softmax(dim=-1)),
+            _mlp(num_obs, 1, hidden_size, 1.0))
+
+
+@part2("get_actor_and_critic", "hidden_size_ignored", "the hidden layers were 64 wide whatever hidden_size was passed")
+def networks_hidden_size_ignored(num_obs, num_actions, hidden_size=64):
+    return _mlp(num_obs, num_actions, 64, 0.01), _mlp(num_obs, 1, 64, 1.0)
+
+
 # --- PPOAgent.play_step --------------------------------------------------------------------
 
 class _ConfigurableAgent(_ReferenceAgent):
@@ -70,6 +82,7 @@ class _ConfigurableAgent(_ReferenceAgent):
     bootstrap_terminated = False
     bootstrap_ignores_termination = bootstrap_with_grad = False
     fixed_gamma = None
+    bootstrap_from_obs = next_done_terminated_only = count_calls = float64_rewards = return_nothing = False
 
     def play_step(self):
         obs, dones = self.next_obs, self.next_done
@@ -82,7 +95,7 @@ class _ConfigurableAgent(_ReferenceAgent):
             values = self.critic(obs).squeeze(-1)
         next_obs, rewards, terminated, truncated, infos = self.envs.step(actions.numpy())
         next_obs = torch.as_tensor(next_obs, dtype=torch.float32)
-        rewards = torch.as_tensor(rewards, dtype=torch.float32)
+        rewards = torch.as_tensor(rewards, dtype=torch.float64 if self.float64_rewards else torch.float32)
         terminated = torch.as_tensor(terminated, dtype=torch.bool)
         truncated = torch.as_tensor(truncated, dtype=torch.bool)
         bootstrap = torch.zeros_like(terminated)
@@ -93,16 +106,17 @@ class _ConfigurableAgent(_ReferenceAgent):
         gamma = self.gamma if self.fixed_gamma is None else self.fixed_gamma
         if bootstrap.any():
             with torch.enable_grad() if self.bootstrap_with_grad else context:
-                rewards = rewards + bootstrap * gamma * self.critic(next_obs).squeeze(-1)
+                final_obs = obs if self.bootstrap_from_obs else next_obs
+                rewards = rewards + bootstrap * gamma * self.critic(final_obs).squeeze(-1)
         if self.value_of_next_obs:
             with context:
                 values = self.critic(next_obs).squeeze(-1)
-        next_done = terminated | truncated
+        next_done = terminated if self.next_done_terminated_only else terminated | truncated
         self.memory.add(next_obs if self.store_next_obs else obs, actions, logprobs, values, rewards,
                         next_done if self.store_next_done else dones)
         self.next_obs, self.next_done = next_obs, next_done
-        self.step += self.envs.num_envs
-        return infos
+        self.step += 1 if self.count_calls else self.envs.num_envs
+        return None if self.return_nothing else infos
 
 
 @part2("PPOAgent", "stores_next_obs",
@@ -163,18 +177,50 @@ class AgentFixedGamma(_ConfigurableAgent):
     fixed_gamma = 0.99
 
 
+@part2("PPOAgent", "bootstrap_from_acted_on_obs",
+       "the truncation bootstrap used V of the observation acted on, where V(final observation) = V(next_obs) belongs")
+class AgentBootstrapFromObs(_ConfigurableAgent):
+    bootstrap_from_obs = True
+
+
+@part2("PPOAgent", "next_done_ignores_truncation",
+       "next_done was set to terminated only (a truncation ends the episode too: terminated | truncated)")
+class AgentNextDoneTerminatedOnly(_ConfigurableAgent):
+    next_done_terminated_only = True
+
+
+@part2("PPOAgent", "step_counts_calls", "self.step grew by 1 per play_step instead of by num_envs (every env stepped)")
+class AgentCountsCalls(_ConfigurableAgent):
+    count_calls = True
+
+
+@part2("PPOAgent", "rewards_not_float32",
+       "the rewards were stored as the environment's float64 (convert them to float32)")
+class AgentFloat64Rewards(_ConfigurableAgent):
+    float64_rewards = True
+
+
+@part2("PPOAgent", "infos_not_returned",
+       "play_step returned nothing instead of the step's infos (the trainer reads finished episodes from them)")
+class AgentReturnsNothing(_ConfigurableAgent):
+    return_nothing = True
+
+
 # --- compute_ppo_objective -------------------------------------------------------------------
 
 def _objective(actor, critic, minibatch, args, *, value_sign=-1.0, entropy_sign=1.0, old_values=False,
-               returns_as_advantages=False, clip_coef=None, vf_coef=None):
-    dist = Categorical(logits=actor(minibatch.obs))
+               returns_as_advantages=False, clip_coef=None, vf_coef=None, ent_coef=None, detach_actor=False,
+               detach_critic=False):
+    logits = actor(minibatch.obs)
+    dist = Categorical(logits=logits.detach() if detach_actor else logits)
     values = minibatch.values if old_values else critic(minibatch.obs).squeeze(-1)
+    values = values.detach() if detach_critic else values
     advantages = minibatch.returns if returns_as_advantages else minibatch.advantages
     clip_coef = args.clip_coef if clip_coef is None else clip_coef
     vf_coef = args.vf_coef if vf_coef is None else vf_coef
     return (calc_clipped_surrogate_objective(dist, minibatch.actions, advantages, minibatch.logprobs, clip_coef)
             + value_sign * calc_value_function_loss(values, minibatch.returns, vf_coef)
-            + entropy_sign * calc_entropy_bonus(dist, args.ent_coef))
+            + entropy_sign * calc_entropy_bonus(dist, args.ent_coef if ent_coef is None else ent_coef))
 
 
 @part2("compute_ppo_objective", "value_loss_added",
@@ -210,24 +256,54 @@ def objective_fixed_vf(actor, critic, minibatch, args):
     return _objective(actor, critic, minibatch, args, vf_coef=0.5)
 
 
+@part2("compute_ppo_objective", "ent_coef_hardcoded", "a hard-coded entropy coefficient 0.01 was used instead of args.ent_coef")
+def objective_fixed_ent(actor, critic, minibatch, args):
+    return _objective(actor, critic, minibatch, args, ent_coef=0.01)
+
+
+@part2("compute_ppo_objective", "actor_output_detached",
+       "the actor's logits were detached, so the surrogate and the entropy bonus send no gradient to the actor")
+def objective_actor_detached(actor, critic, minibatch, args):
+    return _objective(actor, critic, minibatch, args, detach_actor=True)
+
+
+@part2("compute_ppo_objective", "critic_output_detached",
+       "the critic's values were detached, so the value loss sends no gradient to the critic")
+def objective_critic_detached(actor, critic, minibatch, args):
+    return _objective(actor, critic, minibatch, args, detach_critic=True)
+
+
+@part2("compute_ppo_objective", "advantages_normalised_in_the_minibatch",
+       "the minibatch's advantages were normalised in place (the caller's minibatch changed; normalising is "
+       "calc_clipped_surrogate_objective's job, on a copy)")
+def objective_normalises_in_place(actor, critic, minibatch, args):
+    advantages = minibatch.advantages
+    advantages.sub_(advantages.mean()).div_(advantages.std() + 1e-8)
+    return _objective(actor, critic, minibatch, args)
+
+
 # --- learning_phase ---------------------------------------------------------------------------
 
 def _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, objective=None, *, zero_grad=True,
-                    clip="before", clip_params="all", scheduler_per_minibatch=False, scheduler_step=True):
+                    clip="before", clip_params="all", scheduler_per_minibatch=False, scheduler_step=True,
+                    max_norm=None, sign=1.0, scheduler_first=False, scheduler_with_last=False):
     parameters = [*actor.parameters(), *critic.parameters()] if clip_params == "all" else list(actor.parameters())
-    for minibatch in minibatches:
+    max_norm = args.max_grad_norm if max_norm is None else max_norm
+    if scheduler_first:
+        scheduler.step()
+    for i, minibatch in enumerate(minibatches):
         if zero_grad:
             optimizer.zero_grad()
         # _objective is untyped: the minibatch may come from a module copy
-        (objective or _objective)(actor, critic, minibatch, args).backward()
+        (sign * (objective or _objective)(actor, critic, minibatch, args)).backward()
         if clip == "before":
-            nn.utils.clip_grad_norm_(parameters, args.max_grad_norm)
+            nn.utils.clip_grad_norm_(parameters, max_norm)
         optimizer.step()
         if clip == "after":
-            nn.utils.clip_grad_norm_(parameters, args.max_grad_norm)
-        if scheduler_per_minibatch:
+            nn.utils.clip_grad_norm_(parameters, max_norm)
+        if scheduler_per_minibatch or (scheduler_with_last and i == len(minibatches) - 1):
             scheduler.step()
-    if scheduler_step and not scheduler_per_minibatch:
+    if scheduler_step and not (scheduler_per_minibatch or scheduler_first or scheduler_with_last):
         scheduler.step()
 
 
@@ -270,3 +346,28 @@ def learning_phase_no_scheduler(actor, critic, minibatches, optimizer, scheduler
        "objective never reaches the optimizer")
 def learning_phase_ignores_objective(actor, critic, minibatches, optimizer, scheduler, args, objective=None):
     _learning_phase(actor, critic, minibatches, optimizer, scheduler, args)
+
+
+@part2("learning_phase", "max_grad_norm_hardcoded", "the gradient norm was clipped to a hard-coded 0.5 instead of "
+       "args.max_grad_norm")
+def learning_phase_fixed_max_norm(actor, critic, minibatches, optimizer, scheduler, args, objective=None):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, objective, max_norm=0.5)
+
+
+@part2("learning_phase", "minimised_the_objective",
+       "backward() was called on −objective: the optimizer already maximises, so the step went downhill")
+def learning_phase_minimises(actor, critic, minibatches, optimizer, scheduler, args, objective=None):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, objective, sign=-1.0)
+
+
+@part2("learning_phase", "scheduler_stepped_before_the_minibatches",
+       "the scheduler was stepped before the minibatches, so this phase already used the next phase's learning rate")
+def learning_phase_scheduler_first(actor, critic, minibatches, optimizer, scheduler, args, objective=None):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, objective, scheduler_first=True)
+
+
+@part2("learning_phase", "scheduler_stepped_inside_the_loop",
+       "the scheduler was stepped inside the loop, at the last minibatch: a phase with no minibatches (every "
+       "transition a reset step) never counted")
+def learning_phase_scheduler_with_last(actor, critic, minibatches, optimizer, scheduler, args, objective=None):
+    _learning_phase(actor, critic, minibatches, optimizer, scheduler, args, objective, scheduler_with_last=True)

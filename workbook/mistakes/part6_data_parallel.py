@@ -48,6 +48,12 @@ def data_seed_shifted(seed, rank):
     return seed + (rank + 1) * 1_000_003
 
 
+@part6("data_seed", "negative_input_accepted",
+       "a negative seed or rank was not refused (the data seed can come out negative, which gymnasium and numpy reject)")
+def data_seed_unchecked(seed, rank):
+    return seed + rank * 1_000_003
+
+
 # --- average_gradients ----------------------------------------------------------------------
 
 def _grads(parameters):
