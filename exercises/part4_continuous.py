@@ -253,6 +253,7 @@ class ObservationNormalizer:
         - Divide by the standard deviation, sqrt(var + ε), not by the variance.
         - Normalise first, then clip (clipping raw observations at ±10 is something else).
         - ``update=False`` must leave ``self.rms`` exactly as it was.
+        - Return a new tensor and leave ``obs`` as it is (no ``obs -= mean``): it is the caller's.
         """
         raise NotImplementedError()
 
@@ -296,6 +297,7 @@ class RewardScaler:
           which behaviour is optimal (a constant bonus per step rewards living longer).
         - Reset G where an episode ended, or one episode's return runs on into the next.
         - Statistics of G, not of the rewards.
+        - Return a new tensor and leave ``rewards`` as they are (no ``rewards /= std``): they are the caller's.
         """
         raise NotImplementedError()
 

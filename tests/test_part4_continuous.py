@@ -263,8 +263,13 @@ def test_observation_normaliser_matches_reference(impl, ref, clip, epsilon):
 
     def run(cls):
         normaliser = normaliser_with_reference_stats(cls, ref, (3,), clip, epsilon)
-        outputs = [normaliser(obs.clone(), update=update) for obs, update in calls]
-        return {"outputs": outputs, "statistics after": rms_state(normaliser.rms)}
+        outputs, changed = [], []
+        for obs, update in calls:
+            given = obs.clone()
+            outputs.append(normaliser(given, update=update))
+            changed.append(not torch.equal(given, obs))  # the caller's tensor, changed by the call
+        return {"outputs": outputs, "statistics after": rms_state(normaliser.rms),
+                "observations changed in place": changed}
 
     check_exercise(impl, ref, "ObservationNormalizer", run, rtol=1e-5, atol=1e-5,
                    call=f"ObservationNormalizer((3,), clip={clip}{'' if epsilon is None else f', epsilon={epsilon}'}) called on batches of 1, 8, 1 (an outlier), 5 "
@@ -358,9 +363,13 @@ def test_reward_scaler_matches_reference(impl, ref, gamma, clip, epsilon, centre
 
     def run(cls):
         scaler = scaler_with_reference_stats(cls, ref, 3, gamma, clip, epsilon)
-        scaled = torch.stack([scaler(r.clone(), d.clone()) for r, d in zip(rewards, reset)])
-        return {"scaled rewards": scaled, "returns after": scaler.returns,
-                "statistics of the returns": rms_state(scaler.return_rms)}
+        scaled, changed = [], []
+        for r, d in zip(rewards, reset):
+            given = r.clone()
+            scaled.append(scaler(given, d.clone()))
+            changed.append(not torch.equal(given, r))  # the caller's rewards, changed by the call
+        return {"scaled rewards": torch.stack(scaled), "returns after": scaler.returns,
+                "statistics of the returns": rms_state(scaler.return_rms), "rewards changed in place": changed}
 
     check_exercise(impl, ref, "RewardScaler", run, rtol=1e-5, atol=1e-5,
                    call=f"RewardScaler(3, gamma={gamma}, clip={clip}{'' if epsilon is None else f', epsilon={epsilon}'}) "

@@ -180,9 +180,17 @@ class RMSCountReplaced(_ConfigurableRMS):
 
 class _ConfigurableNormalizer(_ReferenceNormalizer):
     ignore_update_flag = by_variance = no_clip = clip_raw = eps_outside_sqrt = update_after = upper_only = False
+    in_place = False
     fixed_epsilon = None
 
     def __call__(self, obs, update=True):
+        out = self._normalise(obs, update)
+        if self.in_place:  # the caller's tensor overwritten with the result (obs -= mean; obs /= std; ...)
+            obs.copy_(out)
+            return obs
+        return out
+
+    def _normalise(self, obs, update):
         if (update or self.ignore_update_flag) and not self.update_after:
             self.rms.update(obs)
         eps = self.epsilon if self.fixed_epsilon is None else self.fixed_epsilon
@@ -245,13 +253,27 @@ class NormalizerClipsRaw(_ConfigurableNormalizer):
     clip_raw = True
 
 
+@part4("ObservationNormalizer", "obs_normalised_in_place",
+       "the observations were normalised in place (obs -= mean; obs /= std): the caller's tensor changed")
+class NormalizerInPlace(_ConfigurableNormalizer):
+    in_place = True
+
+
 # --- RewardScaler ------------------------------------------------------------------------------
 
 class _ConfigurableScaler(_ReferenceScaler):
     stats_of_rewards = never_reset = subtract_mean = no_clip = eps_outside_sqrt = upper_only = False
+    in_place = False
     fixed_epsilon = None
 
     def __call__(self, rewards, reset_step):
+        out = self._scale(rewards, reset_step)
+        if self.in_place:  # the caller's rewards overwritten with the scaled ones (rewards /= std; ...)
+            rewards.copy_(out)
+            return rewards
+        return out
+
+    def _scale(self, rewards, reset_step):
         r = rewards.double()
         kept = ~reset_step
         self.returns = self.gamma * self.returns + r if self.never_reset else torch.where(
@@ -305,6 +327,12 @@ class ScalerClipsAboveOnly(_ConfigurableScaler):
 @part4("RewardScaler", "no_reward_clipping", "the scaled rewards were not clipped to ±clip")
 class ScalerNoClip(_ConfigurableScaler):
     no_clip = True
+
+
+@part4("RewardScaler", "rewards_scaled_in_place",
+       "the rewards were scaled in place (rewards /= std): the caller's tensor changed")
+class ScalerInPlace(_ConfigurableScaler):
+    in_place = True
 
 
 # --- ContinuousAgent.play_step -----------------------------------------------------------------
