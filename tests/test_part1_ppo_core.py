@@ -244,11 +244,7 @@ def test_clipped_surrogate_matches_reference(impl, ref, seed, clip_coef, eps):
 
 def gradient_of(fn, logits: torch.Tensor, *args) -> torch.Tensor:
     """d fn(Categorical(logits), *args) / d logits."""
-    logits = logits.detach().clone().requires_grad_(True)
-    out = fn(Categorical(logits=logits), *args)
-    if not out.requires_grad:
-        return torch.full_like(logits, float("nan"))
-    return torch.autograd.grad(out, logits, allow_unused=True)[0]
+    return value_gradient(lambda x, *rest: fn(Categorical(logits=x), *rest), logits, *args)
 
 
 @pytest.mark.exercise("calc_clipped_surrogate_objective")
@@ -327,12 +323,13 @@ def test_clipped_value_function_loss_matches_reference(impl, ref, seed, vf_coef,
 
 
 def value_gradient(fn, values: torch.Tensor, *args) -> torch.Tensor:
-    """d fn(values, *args) / d values (NaN where the loss carries no gradient at all)."""
+    """d fn(values, *args) / d values (NaN where the loss carries no gradient at all, 0 where none reaches ``values``)."""
     values = values.detach().clone().requires_grad_(True)
     out = fn(values, *args)
     if not out.requires_grad:
         return torch.full_like(values, float("nan"))
-    return torch.autograd.grad(out, values)[0]
+    grad = torch.autograd.grad(out, values, allow_unused=True)[0]
+    return torch.zeros_like(values) if grad is None else grad
 
 
 @pytest.mark.exercise("calc_value_function_loss")
