@@ -104,6 +104,20 @@ def per_tenfold_data(fits: list[dict]) -> dict:
             for m in ("bon", "rl")}
 
 
+def tenfold_lines(tenfold: dict) -> list[str]:
+    """``per_tenfold_data`` in words, a line per method: the effect goal 2 asks three seeds to order, beside its noise.
+    A method whose slopes are not all measured (no peak, or too few seeds for an error) gets no line."""
+    lines = []
+    for m, label in (("rl", "RL"), ("bon", "best-of-n")):
+        peak, seen, gold = (tenfold[m][k] for k in ("d_peak", "measured_peak_d", "measured_peak_gold"))
+        if all(x["slope"] is not None and math.isfinite(x["se"]) for x in (peak, seen, gold)):
+            lines.append(f"  per 10x the proxy's data, within each seed ({label}): fitted peak {peak['slope']:+.2f} ± "
+                         f"{peak['se']:.2f} √KL (one seed's scatter {peak['residual_sd']:.2f}; a peak beyond the points "
+                         f"reached is extrapolated), measured peak {seen['slope']:+.2f} ± {seen['se']:.2f}, gold at the "
+                         f"peak {gold['slope']:+.2f} ± {gold['se']:.2f}")
+    return lines
+
+
 def goals(res: dict, seeds: list[int], sizes: list[int], wall_s: float, rl_walls: list[float]) -> dict:
     """Each goal of issue 37, measured per seed."""
     fits = res["fits"]
@@ -218,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
           f"one RL run {min(rl_wall):.0f}–{max(rl_wall):.0f} s" if rl_wall else "")
     for name, goal in res["goals"].items():
         print(f"  goal {name}: {'holds' if goal['holds'] is True or (isinstance(goal['holds'], dict) and all(goal['holds'].values())) else 'does not hold'}")
+    for line in tenfold_lines(res["per_tenfold_data"]):
+        print(line)
     print(json.dumps(res), flush=True)
     return 0
 

@@ -387,3 +387,26 @@ def test_per_decade_is_the_within_seed_slope_on_log10_pairs():
     noisy = per_decade([(s, n, y + (0.1 if n == 1000 else 0.0)) for s, n, y in points])  # the middle one: no tilt
     assert noisy["slope"] == pytest.approx(0.25, abs=1e-12) and noisy["se"] > 0 and noisy["residual_sd"] > 0
     assert per_decade([(0, 1000, 1.0)])["slope"] is None
+
+
+def test_the_benchmark_says_the_per_tenfold_effect_in_words():
+    """Each method's line names the fitted and the measured peak's move and the gold's, with their errors; a method
+    whose slopes are not all measured (no fitted peak, or an error that is NaN for too few seeds) gets none."""
+    bench = runpy.run_path(str(Path(__file__).resolve().parent.parent / "benchmarks" / "goodhart.py"))
+    per_tenfold, lines = bench["per_tenfold_data"], bench["tenfold_lines"]
+    fits = [{"method": m, "seed": s, "proxy_pairs": n, "ensemble": None, "d_peak": 2.0 + 0.5 * math.log10(n / 1000) + 0.1 * s * (n == 3000),
+             "measured_peak_d": 2.5 + 0.25 * math.log10(n / 1000) + 0.1 * s * (n == 3000),
+             "measured_peak_gold": 0.3 + 0.1 * math.log10(n / 1000) + 0.01 * s * (n == 3000)}
+            for m in ("rl", "bon") for s in (0, 1, 2) for n in (1000, 3000, 10000)]
+    for f in fits:
+        if f["method"] == "bon":
+            f["d_peak"] = None  # best-of-n without a fitted peak: its slope is not measured
+    said = lines(per_tenfold(fits))
+    assert len(said) == 1 and "(RL)" in said[0], said
+    rl = per_tenfold(fits)["rl"]  # per_decade's numbers themselves: test_per_decade_is_the_within_seed_slope_on_log10_pairs
+    assert [round(rl[k]["slope"], 2) for k in ("d_peak", "measured_peak_d", "measured_peak_gold")] == [0.5, 0.25, 0.1]
+    for words, k in (("fitted peak", "d_peak"), ("measured peak", "measured_peak_d"), ("gold at the peak", "measured_peak_gold")):
+        assert f"{words} {rl[k]['slope']:+.2f} ± {rl[k]['se']:.2f}" in said[0], said
+    assert f"one seed's scatter {rl['d_peak']['residual_sd']:.2f}" in said[0], said
+    two = [f | {"method": "rl"} for f in fits if f["seed"] == 0 and f["method"] == "rl" and f["proxy_pairs"] != 10000]
+    assert lines(per_tenfold(two)) == [], "one seed of two sizes: no residual, no error, no line"
