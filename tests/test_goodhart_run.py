@@ -408,5 +408,5 @@ def test_the_benchmark_says_the_per_tenfold_effect_in_words():
     for words, k in (("fitted peak", "d_peak"), ("measured peak", "measured_peak_d"), ("gold at the peak", "measured_peak_gold")):
         assert f"{words} {rl[k]['slope']:+.2f} ± {rl[k]['se']:.2f}" in said[0], said
     assert f"one seed's scatter {rl['d_peak']['residual_sd']:.2f}" in said[0], said
-    two = [f | {"method": "rl"} for f in fits if f["seed"] == 0 and f["method"] == "rl" and f["proxy_pairs"] != 10000]
+    two = [f for f in fits if f["seed"] == 0 and f["method"] == "rl" and f["proxy_pairs"] != 10000]
     assert lines(per_tenfold(two)) == [], "one seed of two sizes: no residual, no error, no line"
