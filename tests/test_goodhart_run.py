@@ -410,3 +410,74 @@ def test_the_benchmark_says_the_per_tenfold_effect_in_words():
     assert f"one seed's scatter {rl['d_peak']['residual_sd']:.2f}" in said[0], said
     two = [f for f in fits if f["seed"] == 0 and f["method"] == "rl" and f["proxy_pairs"] != 10000]
     assert lines(per_tenfold(two)) == [], "one seed of two sizes: no residual, no error, no line"
+
+
+def _measurement(root: Path, peaks: dict) -> Path:
+    """A finished measurement of synthetic runs: ``peaks[(method, seed)]`` is that seed's peak √KL per proxy size (10, 30,
+    100 pairs), each curve Gao's own form through it; an ensemble run whose peak would break any order is beside them."""
+    sizes = (10, 30, 100)
+    for seed in sorted({s for _, s in peaks}):
+        bon, rl = [], []
+        for size, p_bon, p_rl in zip(sizes, peaks[("bon", seed)], peaks[("rl", seed)]):
+            for n in (2 ** i for i in range(11)):
+                d = math.sqrt(math.log(n) - (n - 1) / n)
+                bon.append({"proxy_pairs": size, "seed": seed, "n": n, "kl": d * d, "proxy": d, "gold": 0.1 + d * (0.2 * p_bon - 0.1 * d),
+                            "base_gold": 0.1})
+            for ensemble, p in ((None, p_rl), ("wco", 5.0) if size == 10 else (None, None)):
+                if p is None:
+                    continue
+                for step in range(1, 42):
+                    d = 0.1 * (step - 1)
+                    gold = 0.1 + (d * 0.1 * (1 + math.log(p) - math.log(d)) if d > 0 else 0.0)
+                    rl.append({"proxy_pairs": size, "seed": seed, "step": step, "kl": d * d, "proxy": d, "gold": gold,
+                               "base_gold": 0.1, "ensemble": ensemble})
+        run = root / f"seed{seed}"
+        run.mkdir(parents=True)
+        (run / "config.json").write_text("{}")
+        (run / "results.json").write_text(json.dumps({"bon": bon, "rl": rl}))
+    return root
+
+
+def test_the_seeds_probe_counts_the_draws_whose_peaks_are_in_order(tmp_path, capsys):
+    """benchmarks/goodhart_seeds.py: a bootstrap over a measurement's seeds of how often the mean curves' fitted peaks
+    come out in order of data; the ensemble's run is not one of the sizes; bad options are one line."""
+    probe = runpy.run_path(str(Path(__file__).resolve().parent.parent / "benchmarks" / "goodhart_seeds.py"))
+    assert probe["in_order"]([1.0, 1.5, 2.0]) and not probe["in_order"]([1.0, 1.0, 2.0])
+    assert not probe["in_order"]([1.0, None, 2.0]) and not probe["in_order"]([2.0, 1.5, 3.0])
+
+    def bootstrap(root, *extra):
+        assert probe["main"]([str(root), *extra]) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    up, down = (1.5, 2.0, 2.5), (2.5, 2.0, 1.5)
+    moves = _measurement(tmp_path / "moves", {(m, s): tuple(p + 0.05 * s for p in up) for m in ("rl", "bon") for s in range(4)})
+    got = bootstrap(moves, "--seed-counts", "1", "3", "--draws", "7")
+    assert got["seeds"] == [0, 1, 2, 3] and got["proxy_pairs"] == [10, 30, 100] and got["draws"] == 7
+    assert [row["seeds"] for row in got["bootstrap"]] == [1, 3]
+    assert all(row["rl_in_order"] == row["bon_in_order"] == row["both_in_order"] == 1.0 for row in got["bootstrap"])
+    assert bootstrap(moves, "--seed-counts", "1", "3", "--draws", "7") == got, "the draws are fixed"
+
+    mixed = _measurement(tmp_path / "mixed", {**{("rl", s): up for s in range(4)}, **{("bon", s): down for s in range(4)}})
+    (row,) = bootstrap(mixed, "--seed-counts", "2", "--draws", "3")["bootstrap"]
+    assert (row["rl_in_order"], row["bon_in_order"], row["both_in_order"]) == (1.0, 0.0, 0.0)
+
+    # Half the seeds one way, half the other, far apart: one seed a draw comes out in order about half the time, so the
+    # draws do pick different seeds; and the mean curve of a draw's seeds is what is fitted (the reversed ones so far off
+    # that a draw of 8 is out of order unless most of its seeds are the first two: a fit of one drawn seed alone would
+    # be in order about half the time here too).
+    split = _measurement(tmp_path / "split", {(m, s): (up if s < 2 else (4.0, 2.0, 1.0)) for m in ("rl", "bon") for s in range(4)})
+    one, eight = bootstrap(split, "--seed-counts", "1", "8", "--draws", "40")["bootstrap"]
+    assert 0.25 < one["rl_in_order"] < 0.75 and one["rl_in_order"] == one["bon_in_order"]
+    assert eight["rl_in_order"] < 0.25 and eight["bon_in_order"] < 0.25
+
+    # With replacement, a seed drawn twice counts twice: of two seeds, the mean curve is in order when seed 0 is at least
+    # two of a draw's three (about half the draws), not only when it is all three (1 in 8, were repeats merged).
+    two = _measurement(tmp_path / "two", {(m, s): (up if s == 0 else (2.7, 2.1, 1.6)) for m in ("rl", "bon") for s in range(2)})
+    (row,) = bootstrap(two, "--seed-counts", "3", "--draws", "40")["bootstrap"]
+    assert 0.3 < row["rl_in_order"] < 0.7 and row["bon_in_order"] == row["rl_in_order"], row
+
+    for argv, field in ((["--draws", "0"], "--draws"), (["--seed-counts", "3", "0"], "--seed-counts")):
+        assert probe["main"]([str(moves), *argv]) == 2
+        assert capsys.readouterr().err.startswith(f"error: {field}: ")
+    assert probe["main"]([str(tmp_path / "nothing")]) == 2
+    assert capsys.readouterr().err.startswith("error: measurement: ")
