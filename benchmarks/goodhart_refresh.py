@@ -62,7 +62,8 @@ def curve(points: tuple) -> dict:
 def refresh_seed(run: Path, out: Path, options, lm, tok) -> dict:
     from workbook.goodhart import measure as m
     from workbook.goodhart.fits import rl_points
-    from workbook.goodhart.run import GoodhartArgs, Stages, rl_rows
+    from workbook.goodhart.report import rl_rows
+    from workbook.goodhart.run import GoodhartArgs, Stages
     from workbook.lm.model import load_checkpoint
 
     config = json.loads((run / "config.json").read_text())

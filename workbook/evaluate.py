@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         require_unique_seeds(options.seeds)
     run_dir = Path(options.run_dir)
     if run_dir.is_dir() and run_kind(run_dir) == "goodhart":  # Part 11: a measurement, not one policy
-        from workbook.goodhart.run import evaluate_run
+        from workbook.goodhart.report import evaluate_run
 
         return evaluate_run(run_dir)
     state = load_run(run_dir, "RUN_DIR", ENV_COMMANDS + LM_COMMANDS, files=("agent.pt", CHECKPOINT))
