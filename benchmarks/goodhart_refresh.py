@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from workbook.cli import make_parser, require, require_at_least  # noqa: E402
+from workbook.cli import make_parser, require_at_least  # noqa: E402
+from workbook.goodhart.report import finished_runs  # noqa: E402
 from workbook.runs import ConfigError, check_can_create, command  # noqa: E402
 
 
@@ -130,11 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     require_at_least("--new-pairs", options.new_pairs, 1)
     require_at_least("--policy-samples", options.policy_samples, 2)
     root = Path(options.measurement)
-    runs = sorted(r for r in ([root] if (root / "config.json").exists() else root.glob("seed*")) if r.is_dir())
-    require(bool(runs), "measurement", f"{root} holds no goodhart run folder (config.json, seed<S>/)")
-    for run in runs:
-        if not (run / "results.json").exists():
-            raise ConfigError("measurement", f"{run} is not a finished goodhart run (no results.json)")
+    runs = finished_runs(root)
     out = Path(options.runs_dir)
     here, there = out.resolve(), root.resolve()
     if here == there or here in there.parents or there in here.parents:

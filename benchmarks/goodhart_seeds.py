@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from workbook.cli import make_parser, require, require_at_least  # noqa: E402
-from workbook.runs import ConfigError, command  # noqa: E402
+from workbook.goodhart.report import finished_runs  # noqa: E402
+from workbook.runs import command  # noqa: E402
 
 CHANCE = 1 / 6
 """The share of draws in order when the peaks do not move: 1 of the 6 orders of three points."""
@@ -94,11 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         require_at_least("--seed-counts", k, 1)
     require_at_least("--draws", options.draws, 1)
     root = Path(options.measurement)
-    runs = sorted(r for r in ([root] if (root / "config.json").exists() else root.glob("seed*")) if r.is_dir())
-    require(bool(runs), "measurement", f"{root} holds no goodhart run folder (config.json, seed<S>/)")
-    for run in runs:
-        if not (run / "results.json").exists():
-            raise ConfigError("measurement", f"{run} is not a finished goodhart run (no results.json)")
+    runs = finished_runs(root)
     from workbook.goodhart.measure import load_part11
 
     seeds, by_curve = measured_curves(runs)

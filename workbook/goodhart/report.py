@@ -13,6 +13,19 @@ from workbook.goodhart import COMMAND
 from workbook.runs import ConfigError, stub_error
 
 
+def finished_runs(root: Path) -> list[Path]:
+    """The finished goodhart run folders of a measurement that a probe reads: ``root`` itself when it is one run folder,
+    else its ``seed<S>/`` folders (a benchmark's ``--runs-dir``); one line (``measurement``) when there is none or one
+    has not finished."""
+    runs = sorted(r for r in ([root] if (root / "config.json").exists() else root.glob("seed*")) if r.is_dir())
+    if not runs:
+        raise ConfigError("measurement", f"{root} holds no goodhart run folder (config.json, seed<S>/)")
+    for run in runs:
+        if not (run / "results.json").exists():
+            raise ConfigError("measurement", f"{run} is not a finished goodhart run (no results.json)")
+    return runs
+
+
 def rl_rows(metrics: list[dict], base_gold: float, **keys) -> list[dict]:
     """An RL run's logged iterations as the benchmark's ``rl`` rows (``keys``: proxy_pairs, seed, ensemble)."""
     return [{**keys, "step": r["iteration"], "kl": r["objective/kl"], "proxy": r["env/reward_mean"],
