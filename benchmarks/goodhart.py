@@ -146,8 +146,10 @@ def goals(res: dict, seeds: list[int], sizes: list[int], wall_s: float, rl_walls
     # beside it, but a single run's R² also counts its batch noise and where that run happened to find its hack.
     r2 = [{"method": f["method"], "proxy_pairs": f["proxy_pairs"], "ensemble": f.get("ensemble"), "seed": f["seed"],
            "r2": f["r2"], "has_peak": f["fall"] > 0.02} for f in fits]
+    from workbook.goodhart.fits import peaks_in_order
+
     peaks = {m: [fit(m, n, "mean")["d_peak"] for n in sizes] for m in ("bon", "rl")}
-    moves = {m: all(a is not None and (b is None or b > a) for a, b in zip(v, v[1:])) for m, v in peaks.items()}
+    moves = {m: peaks_in_order(v) for m, v in peaks.items()}
     # What more data did buy here (docs/goodhart.md): the gold at the curve's measured peak, not the √KL of it.
     peak_gold = {m: [fit(m, n, "mean")["measured_peak_gold"] for n in sizes] for m in ("bon", "rl")}
     g3 = []

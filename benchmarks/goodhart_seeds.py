@@ -10,7 +10,8 @@ finished measurement (its seed<S>/ run folders; only read), treats its seeds as 
 k of ``--seed-counts`` draws k of them with replacement ``--draws`` times: each draw's mean curves are fitted with
 Part 11's ``fit_gao`` (the reference), exactly as the measurement fits its own, and the share of draws whose fitted
 peaks are in order of data is the chance that a measurement of k seeds shows the order. With no effect the three
-peaks come out in order on about 1 draw in 6 (the 6 orders of 3 points). A share that climbs with k towards 1 is an
+peaks come out in order on about 1 draw in 6 (the 6 orders of 3 points; the order is the benchmark's goal 2,
+``fits.peaks_in_order``: a largest proxy whose fit never turns down counts as its peak moved out). A share that climbs with k towards 1 is an
 effect that more seeds would show; a share that stays near 1/6, or falls towards 0, is no effect, or one the other
 way round. The draws are fixed (``random.Random(0)``), so a measurement gives the same figures every time. JSON last.
 """
@@ -18,6 +19,7 @@ way round. The draws are fixed (``random.Random(0)``), so a measurement gives th
 from __future__ import annotations
 
 import json
+import math
 import random
 import sys
 from pathlib import Path
@@ -26,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from workbook.cli import make_parser, require, require_at_least  # noqa: E402
+from workbook.goodhart.fits import peaks_in_order  # noqa: E402
 from workbook.goodhart.report import finished_runs  # noqa: E402
 from workbook.runs import command  # noqa: E402
 
@@ -48,15 +51,9 @@ def measured_curves(runs: list[Path]) -> tuple[list[int], dict]:
     return seeds, by_curve
 
 
-def in_order(peaks: list[float | None]) -> bool:
-    """Strictly larger with each size; a curve without a peak (None: the fit has none) breaks the order."""
-    return all(a is not None and b is not None and b > a for a, b in zip(peaks, peaks[1:]))
-
-
 def fitted_peaks(part11, by_curve: dict, method: str, draw: list[int]) -> list[float | None]:
-    """The fitted peak of the mean curve over the drawn seeds (a seed drawn twice counts twice), one per proxy size."""
-    import math
-
+    """The fitted peak of the mean curve over the drawn seeds (a seed drawn twice counts twice), one per proxy size
+    (None: the fit never turns down)."""
     from workbook.goodhart.fits import fit, mean_curve
 
     peaks = []
@@ -75,7 +72,7 @@ def bootstrap(part11, seeds: list[int], by_curve: dict, counts: list[int], draws
         hits = {"rl": 0, "bon": 0, "both": 0}
         for _ in range(draws):
             draw = [rng.choice(seeds) for _ in range(k)]
-            ok = {m: in_order(fitted_peaks(part11, by_curve, m, draw)) for m in ("rl", "bon")}
+            ok = {m: peaks_in_order(fitted_peaks(part11, by_curve, m, draw)) for m in ("rl", "bon")}
             hits["rl"] += ok["rl"]
             hits["bon"] += ok["bon"]
             hits["both"] += ok["rl"] and ok["bon"]

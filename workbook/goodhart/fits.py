@@ -79,6 +79,13 @@ def fit(part11: ModuleType, method: str, d: np.ndarray, r: np.ndarray) -> dict:
     return {"alpha": alpha, "beta": beta, "r2": r2, "d_peak": part11.gao_peak(alpha, beta, method)}
 
 
+def peaks_in_order(peaks: list[float | None]) -> bool:
+    """Goal 2's order: each proxy size's fitted peak at a larger √KL than the size before it. A fit that never turns down
+    (None) counts as a peak beyond every other, so it may come last only: the largest proxy's peak out of reach is
+    the peak moved out; a smaller one's is not."""
+    return all(a is not None and (b is None or b > a) for a, b in zip(peaks, peaks[1:]))
+
+
 def shape(d: np.ndarray, r: np.ndarray, proxy: np.ndarray) -> dict:
     """What the measured curve did: where its gold peaked, how far it fell after, how the proxy moved after the peak."""
     top = int(np.argmax(r))

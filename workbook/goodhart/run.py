@@ -44,7 +44,6 @@ from workbook.runs import (ConfigError, check_can_create, check_new_run_dir, che
                            stub_error)
 
 
-
 @dataclass
 class GoodhartArgs:
     """The measurement's settings (defaults: the design measured in docs/goodhart.md)."""
